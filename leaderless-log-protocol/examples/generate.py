@@ -1,0 +1,422 @@
+#!/usr/bin/env python3
+"""Generate or check the golden examples of the llog protocol.
+
+Every file in this folder (except this script) is produced here from fixed
+inputs -- fixed payloads, fixed ``created_at_ms``, fixed UUIDs -- by the
+library's own encoders (``server._codec``, ``server._records``). The same
+function also renders the generated blocks of ``../SPEC.md`` (hex dumps, the
+field-by-field walk through a batch, the exact Oxia values), so the prose and
+the bytes cannot drift apart.
+
+Usage (from anywhere)::
+
+    python leaderless-log-protocol/examples/generate.py --check   # exit 1 on any difference
+    python leaderless-log-protocol/examples/generate.py --write   # rewrite files and SPEC blocks
+
+File conventions:
+
+* ``*.bin`` -- exact bytes as stored in S3.
+* ``oxia-values/*.json`` except ``keys.json`` -- exact bytes of the Oxia value
+  as the encoder produces it: compact JSON, **no trailing newline**.
+* every other ``*.json`` (descriptions, ``keys.json``) -- human-oriented,
+  two-space indent, one trailing newline; their byte form is not protocol.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import sys
+import zlib
+from pathlib import Path
+from typing import Any
+
+EXAMPLES_DIR = Path(__file__).resolve().parent
+PROTOCOL_DIR = EXAMPLES_DIR.parent
+REPO_ROOT = PROTOCOL_DIR.parent
+SPEC_PATH = PROTOCOL_DIR / "SPEC.md"
+
+# The script runs as a file (the folder name has a '-', so it is no package):
+# make the repository importable without PYTHONPATH.
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+from server._codec import (  # noqa: E402
+    BATCH_ENCODING,
+    BATCH_HEADER_SIZE,
+    decode_shared_header,
+    encode_batch,
+    encode_shared_blob,
+)
+from server._keys import LogLayout  # noqa: E402
+from server._records import (  # noqa: E402
+    ENTRY_COMPACTED,
+    ENTRY_WAL,
+    LOG_STATE_FENCED,
+    LOG_STATE_OPEN,
+    CompactionCursor,
+    CompactionRecord,
+    CompactorClaim,
+    ControlRecord,
+    IndexEntry,
+    PendingAppend,
+)
+
+__all__ = ["build_files", "build_spec_blocks", "check", "write", "main"]
+
+# --- fixed inputs ---------------------------------------------------------
+
+CREATED_AT_MS = 1_760_000_000_000
+BUCKET = "leaderless-log-wal"
+ROOT = "llog"
+TOPIC = "orders"
+WAL_BLOB_ID = "0b7e9f4c-2d3a-4e5f-8a6b-7c8d9e0f1a2b"
+COMPACTED_BLOB_ID = "5d4c3b2a-1908-4f7e-b6d5-c4b3a2918070"
+APPEND_ID = "9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d"
+COMPACTION_ID = "c0ffee00-1234-4abc-8def-0123456789ab"
+COMPACTOR_ID = "compactor-1"
+
+BATCH_PAYLOADS: tuple[bytes, ...] = (b"alpha", b"", b"\x00\x01\xff")
+SHARED_GROUPS: tuple[tuple[str, int, tuple[bytes, ...]], ...] = (
+    (TOPIC, 0, (b"a", b"b")),
+    (TOPIC, 1, (b"c",)),
+)
+
+BATCH_FILE = "batch-3-records.bin"
+SHARED_FILE = "shared-2-partitions.bin"
+OXIA_DIR = "oxia-values"
+
+_GENERATOR_NAME = Path(__file__).name
+_BEGIN = "<!-- BEGIN GENERATED {name} -->"
+_END = "<!-- END GENERATED {name} -->"
+
+
+# --- helpers --------------------------------------------------------------
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def _pretty(doc: Any) -> bytes:
+    return (json.dumps(doc, indent=2) + "\n").encode("utf-8")
+
+
+def hexdump(data: bytes) -> str:
+    """``hexdump -C`` style listing: offset, 16 bytes in two groups, ASCII."""
+    lines = []
+    for off in range(0, len(data), 16):
+        chunk = data[off:off + 16]
+        left = " ".join(f"{b:02x}" for b in chunk[:8])
+        right = " ".join(f"{b:02x}" for b in chunk[8:])
+        text = "".join(chr(b) if 0x20 <= b < 0x7F else "." for b in chunk)
+        lines.append(f"{off:08x}  {left:<23}  {right:<23}  |{text}|")
+    lines.append(f"{len(data):08x}")
+    return "\n".join(lines)
+
+
+# --- the examples ---------------------------------------------------------
+
+
+def _shared_blob() -> tuple[bytes, list]:
+    groups = [(t, p, len(payloads), encode_batch(list(payloads))) for t, p, payloads in SHARED_GROUPS]
+    return encode_shared_blob(groups, CREATED_AT_MS)
+
+
+def _batch_description(data: bytes) -> dict[str, Any]:
+    records = data[BATCH_HEADER_SIZE:]
+    return {
+        "file": BATCH_FILE,
+        "encoding": BATCH_ENCODING,
+        "total_length": len(data),
+        "header": {
+            "magic": "LLB1",
+            "version": 1,
+            "flags": 0,
+            "record_count": len(BATCH_PAYLOADS),
+            "records_length": len(records),
+            "crc32": f"0x{zlib.crc32(records):08x}",
+        },
+        "count": len(BATCH_PAYLOADS),
+        "crc32": f"0x{zlib.crc32(records):08x}",
+        "payloads_base64": [_b64(p) for p in BATCH_PAYLOADS],
+    }
+
+
+def _shared_description(blob: bytes) -> dict[str, Any]:
+    header = decode_shared_header(blob)
+    header_json = blob[8:8 + header.header_length].decode("utf-8")
+    partitions = []
+    for (topic, partition, payloads), part in zip(SHARED_GROUPS, header.partitions):
+        body = blob[part.body_offset:part.body_offset + part.body_length]
+        partitions.append(
+            {
+                "topic": topic,
+                "partition": partition,
+                "msg_count": part.msg_count,
+                "encoding": part.encoding,
+                "body_offset": part.body_offset,
+                "body_length": part.body_length,
+                "body_crc32": f"0x{zlib.crc32(body[BATCH_HEADER_SIZE:]):08x}",
+                "offsets_if_first_append": [1, len(payloads)],
+                "payloads_base64": [_b64(p) for p in payloads],
+            }
+        )
+    return {
+        "file": SHARED_FILE,
+        "total_length": len(blob),
+        "magic": "LLS1",
+        "header_length": header.header_length,
+        "bodies_start": 8 + header.header_length,
+        "header_json": header_json,
+        "header": json.loads(header_json),
+        "partitions": partitions,
+        "example_uri": f"s3://{BUCKET}/{LogLayout(ROOT).shared_wal_object(WAL_BLOB_ID)}",
+    }
+
+
+def _oxia_values(blob: bytes) -> dict[str, tuple[str, bytes, bool]]:
+    """name -> (Oxia key, exact value bytes, ephemeral)."""
+    layout = LogLayout(ROOT)
+    keys = layout.partition(TOPIC, 0)
+    parts = decode_shared_header(blob).partitions
+    wal_uri = f"s3://{BUCKET}/{layout.shared_wal_object(WAL_BLOB_ID)}"
+    compacted_uri = f"s3://{BUCKET}/{keys.compacted_object(COMPACTED_BLOB_ID)}"
+    # orders:0's two records, reserved as offsets 1..2 of a fresh partition.
+    pending = PendingAppend(
+        append_id=APPEND_ID,
+        start_offset=1,
+        end_offset=2,
+        msg_count=2,
+        entry_type=ENTRY_WAL,
+        data_key=wal_uri,
+        encoding=BATCH_ENCODING,
+        byte_offset=parts[0].body_offset,
+        byte_length=parts[0].body_length,
+        created_at_ms=CREATED_AT_MS,
+    )
+    compacted = IndexEntry(
+        type=ENTRY_COMPACTED,
+        msg_count=5,
+        data_key=compacted_uri,
+        encoding=BATCH_ENCODING,
+        byte_offset=None,
+        byte_length=None,
+        created_at_ms=CREATED_AT_MS,
+    )
+    compaction = CompactionRecord(
+        compaction_id=COMPACTION_ID,
+        state="DELETING_OLD",
+        start_offset=1,
+        end_offset=5,
+        msg_count=5,
+        data_key=compacted_uri,
+        encoding=BATCH_ENCODING,
+        created_at_ms=CREATED_AT_MS,
+        last_entry_start_offset=4,
+    )
+    return {
+        "control-open.json": (keys.control, ControlRecord(LOG_STATE_OPEN, 1, None).encode(), False),
+        "control-pending.json": (keys.control, ControlRecord(LOG_STATE_OPEN, 3, pending).encode(), False),
+        "control-fenced.json": (keys.control, ControlRecord(LOG_STATE_FENCED, 3, None).encode(), False),
+        "index-wal-shared.json": (keys.index(2), pending.index_entry().encode(), False),
+        "index-compacted.json": (keys.index(5), compacted.encode(), False),
+        "compaction-cursor.json": (keys.compaction_cursor, CompactionCursor(1).encode(), False),
+        "compaction-deleting-old.json": (keys.compaction, compaction.encode(), False),
+        "compactor-claim.json": (
+            keys.compactor_claim,
+            CompactorClaim(COMPACTOR_ID, CREATED_AT_MS).encode(),
+            True,
+        ),
+    }
+
+
+def build_files() -> dict[str, bytes]:
+    """Every golden file, as ``{path relative to examples/: bytes}``."""
+    batch = encode_batch(list(BATCH_PAYLOADS))
+    blob, _ = _shared_blob()
+    files: dict[str, bytes] = {
+        BATCH_FILE: batch,
+        "batch-3-records.json": _pretty(_batch_description(batch)),
+        SHARED_FILE: blob,
+        "shared-2-partitions.json": _pretty(_shared_description(blob)),
+    }
+    values = _oxia_values(blob)
+    keys_doc = {}
+    for name, (key, raw, ephemeral) in values.items():
+        files[f"{OXIA_DIR}/{name}"] = raw
+        keys_doc[name] = {"key": key, "partition_key": f"{TOPIC}:0", "ephemeral": ephemeral}
+    files[f"{OXIA_DIR}/keys.json"] = _pretty(keys_doc)
+    return files
+
+
+# --- SPEC.md blocks -------------------------------------------------------
+
+
+def _batch_walkthrough(batch: bytes) -> str:
+    rows = [
+        ("0", "4", "magic", batch[0:4], '"LLB1"'),
+        ("4", "2", "version", batch[4:6], "1"),
+        ("6", "2", "flags", batch[6:8], "0"),
+        ("8", "4", "record_count", batch[8:12], str(int.from_bytes(batch[8:12], "big"))),
+        ("12", "4", "records_length", batch[12:16], str(int.from_bytes(batch[12:16], "big"))),
+        ("16", "4", "crc32", batch[16:20], f"0x{int.from_bytes(batch[16:20], 'big'):08x}"),
+    ]
+    pos = BATCH_HEADER_SIZE
+    for i, payload in enumerate(BATCH_PAYLOADS):
+        rows.append((str(pos), "4", f"record[{i}].length", batch[pos:pos + 4], str(len(payload))))
+        pos += 4
+        if payload:
+            rows.append((str(pos), str(len(payload)), f"record[{i}].payload", payload, repr(payload)))
+        else:
+            rows.append((str(pos), "0", f"record[{i}].payload", b"", "b'' (empty)"))
+        pos += len(payload)
+    lines = ["| offset | size | field | bytes (hex) | value |", "|---|---|---|---|---|"]
+    for off, size, field, raw, value in rows:
+        hexed = " ".join(f"{b:02x}" for b in raw) or "(none)"
+        lines.append(f"| {off} | {size} | {field} | `{hexed}` | `{value}` |")
+    lines.append("")
+    lines.append(f"Total length: 20 + {len(batch) - BATCH_HEADER_SIZE} = {len(batch)} bytes.")
+    return "\n".join(lines)
+
+
+def _fenced(text: str, lang: str = "") -> str:
+    return f"```{lang}\n{text}\n```"
+
+
+def build_spec_blocks(files: dict[str, bytes] | None = None) -> dict[str, str]:
+    """The generated blocks of SPEC.md, ``{block name: markdown}``."""
+    files = build_files() if files is None else files
+    batch = files[BATCH_FILE]
+    blob = files[SHARED_FILE]
+    header = decode_shared_header(blob)
+    keys_doc = json.loads(files[f"{OXIA_DIR}/keys.json"])
+    oxia_lines = []
+    for name, meta in keys_doc.items():
+        value = files[f"{OXIA_DIR}/{name}"].decode("utf-8")
+        oxia_lines.append(f"# {name}  key={meta['key']}  partition_key={meta['partition_key']}"
+                          + ("  (ephemeral)" if meta["ephemeral"] else ""))
+        oxia_lines.append(value)
+    part_lines = []
+    for part in header.partitions:
+        part_lines.append(
+            f"- `{part.topic}:{part.partition}`: {part.msg_count} "
+            f"record{'s' if part.msg_count != 1 else ''}, "
+            f"bytes `[{part.body_offset}, {part.body_offset + part.body_length})` "
+            f"(body_offset {part.body_offset}, body_length {part.body_length})"
+        )
+    shared_text = "\n".join(
+        [
+            f"Header length H = {header.header_length}; bodies start at 8 + H = "
+            f"{8 + header.header_length}; total {len(blob)} bytes. Header JSON:",
+            "",
+            _fenced(blob[8:8 + header.header_length].decode("utf-8"), "json"),
+            "",
+            *part_lines,
+        ]
+    )
+    return {
+        "batch-walkthrough": _batch_walkthrough(batch),
+        f"hexdump {BATCH_FILE}": _fenced(hexdump(batch)),
+        "shared-layout": shared_text,
+        f"hexdump {SHARED_FILE}": _fenced(hexdump(blob)),
+        "oxia-values": _fenced("\n".join(oxia_lines)),
+    }
+
+
+def render_spec(text: str, blocks: dict[str, str]) -> tuple[str, list[str]]:
+    """Replace each generated block's body in ``text``; report missing markers."""
+    problems = []
+    for name, body in blocks.items():
+        begin, end = _BEGIN.format(name=name), _END.format(name=name)
+        i = text.find(begin)
+        j = text.find(end)
+        if i < 0 or j < i:
+            problems.append(f"SPEC.md: markers for generated block {name!r} are missing")
+            continue
+        text = text[: i + len(begin)] + "\n" + body + "\n" + text[j:]
+    return text, problems
+
+
+# --- check / write --------------------------------------------------------
+
+
+def _on_disk(examples_dir: Path) -> set[str]:
+    found = set()
+    for path in examples_dir.rglob("*"):
+        if path.is_dir() or "__pycache__" in path.parts or path.name == _GENERATOR_NAME:
+            continue
+        found.add(path.relative_to(examples_dir).as_posix())
+    return found
+
+
+def check(examples_dir: Path = EXAMPLES_DIR, spec_path: Path = SPEC_PATH) -> list[str]:
+    """Compare the checked-in files and SPEC blocks with a fresh build.
+
+    Returns a list of problems; empty means everything matches byte for byte.
+    """
+    files = build_files()
+    problems = []
+    for rel, expected in files.items():
+        path = examples_dir / rel
+        if not path.is_file():
+            problems.append(f"{rel}: missing")
+        elif path.read_bytes() != expected:
+            problems.append(f"{rel}: differs from the generated bytes")
+    for rel in sorted(_on_disk(examples_dir) - set(files)):
+        problems.append(f"{rel}: not produced by {_GENERATOR_NAME} (stale file?)")
+    if not spec_path.is_file():
+        problems.append(f"{spec_path.name}: missing")
+    else:
+        current = spec_path.read_text(encoding="utf-8")
+        rendered, missing = render_spec(current, build_spec_blocks(files))
+        problems.extend(missing)
+        if not missing and rendered != current:
+            problems.append(f"{spec_path.name}: a generated block (hex dump, walkthrough or values) is stale")
+    return problems
+
+
+def write(examples_dir: Path = EXAMPLES_DIR, spec_path: Path = SPEC_PATH) -> list[str]:
+    """Rewrite the golden files and SPEC blocks; return what changed."""
+    files = build_files()
+    changed = []
+    for rel, data in files.items():
+        path = examples_dir / rel
+        if path.is_file() and path.read_bytes() == data:
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+        changed.append(rel)
+    current = spec_path.read_text(encoding="utf-8")
+    rendered, missing = render_spec(current, build_spec_blocks(files))
+    if missing:
+        raise SystemExit("\n".join(missing))
+    if rendered != current:
+        spec_path.write_text(rendered, encoding="utf-8")
+        changed.append(spec_path.name)
+    return changed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--check", action="store_true", help="verify files and SPEC blocks; exit 1 on a difference")
+    mode.add_argument("--write", action="store_true", help="rewrite files and SPEC blocks")
+    args = parser.parse_args(argv)
+    if args.write:
+        for rel in write():
+            print(f"wrote {rel}")
+        return 0
+    problems = check()
+    for problem in problems:
+        print(problem, file=sys.stderr)
+    if problems:
+        print(f"golden examples are out of date; run {_GENERATOR_NAME} --write", file=sys.stderr)
+        return 1
+    print("golden examples match")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,181 @@
+"""The llog error hierarchy.
+
+Every error the library raises derives from :class:`LlogError`. Errors carry
+the topic-partition (and offset where one applies) they concern, and say
+through ``retriable`` whether trying the same call again can help::
+
+    LlogError
+    ├── ConfigError                    bad or missing configuration (not retriable)
+    ├── InvalidRequest                 bad caller input: topic, partition, payloads (not retriable)
+    ├── PartitionNotInitialized        the partition has no meta/control record
+    ├── OffsetOutOfRange               offset below the log start or at/after the high watermark
+    ├── PartitionFenced                the partition's log_state is FENCED; appends are refused
+    ├── BackPressureRejected           the producer's buffer cap would be exceeded (retriable)
+    ├── ProducerClosed                 submit after BatchingProducer.close()
+    ├── AppendFailed                   some groups of an append_shared failed; .results has all outcomes
+    ├── ConcurrencyConflict            CAS retries exhausted on a contended key (retriable)
+    ├── VersionConflict                a conditional Oxia put/delete saw another version
+    ├── InconsistentReadState          the index has a gap or overlaps (a bug or corruption)
+    ├── CorruptBatch                   checksum, magic, length or count mismatch in stored bytes
+    ├── CompactionConflict             another compactor changed the partition under us (retriable)
+    └── StorageError                   a metadata or object store call failed
+        ├── MetadataStoreError         Oxia: unavailable, timeout, unexpected status (retriable)
+        └── ObjectStoreError           S3: unavailable, timeout, access denied ...
+            └── ObjectNotFound         the object (or bucket) does not exist
+
+No Oxia, grpc or botocore exception crosses the storage boundary: the adapters
+in ``_metastore`` and ``_objectstore`` translate them with ``raise ... from``.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "LlogError",
+    "ConfigError",
+    "InvalidRequest",
+    "PartitionNotInitialized",
+    "OffsetOutOfRange",
+    "PartitionFenced",
+    "BackPressureRejected",
+    "ProducerClosed",
+    "AppendFailed",
+    "ConcurrencyConflict",
+    "VersionConflict",
+    "InconsistentReadState",
+    "CorruptBatch",
+    "CompactionConflict",
+    "StorageError",
+    "MetadataStoreError",
+    "ObjectStoreError",
+    "ObjectNotFound",
+]
+
+
+class LlogError(Exception):
+    """Base of every llog error.
+
+    ``topic``/``partition``/``offset`` name what the error concerns when known;
+    ``retriable`` says whether the same call may succeed if tried again.
+    """
+
+    retriable: bool = False
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        topic: str | None = None,
+        partition: int | None = None,
+        offset: int | None = None,
+        retriable: bool | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        if retriable is not None:
+            self.retriable = retriable
+
+    def __str__(self) -> str:
+        where = []
+        if self.topic is not None:
+            where.append(f"topic={self.topic!r}")
+        if self.partition is not None:
+            where.append(f"partition={self.partition}")
+        if self.offset is not None:
+            where.append(f"offset={self.offset}")
+        return f"{self.message} ({', '.join(where)})" if where else self.message
+
+
+class ConfigError(LlogError):
+    """A configuration value is missing or invalid; the message names it."""
+
+
+class InvalidRequest(LlogError):
+    """The caller passed an invalid topic, partition, payload or argument."""
+
+
+class PartitionNotInitialized(LlogError):
+    """The topic-partition has no ``meta/control`` record yet."""
+
+
+class OffsetOutOfRange(LlogError):
+    """The offset is below the log start or not yet written."""
+
+
+class PartitionFenced(LlogError):
+    """The partition is FENCED; appends are refused until it is unfenced."""
+
+
+class BackPressureRejected(LlogError):
+    """Accepting the submit would exceed the producer's buffer cap."""
+
+    retriable = True
+
+
+class ProducerClosed(LlogError):
+    """The producer was closed; nothing more is accepted."""
+
+
+class AppendFailed(LlogError):
+    """One or more groups of an ``append_shared`` call failed.
+
+    ``results`` holds every group's outcome in input order, successes
+    included, so the caller knows exactly what was committed. Retriable when
+    every failure is.
+    """
+
+    def __init__(self, message: str, results: list, **kwargs) -> None:
+        super().__init__(message, **kwargs)
+        self.results = results
+        failures = [r.error for r in results if r.error is not None]
+        self.retriable = bool(failures) and all(e.retriable for e in failures)
+
+
+class ConcurrencyConflict(LlogError):
+    """A compare-and-set kept losing to other writers until retries ran out."""
+
+    retriable = True
+
+
+class VersionConflict(LlogError):
+    """A conditional put or delete found another version (or an existing key
+    where none was expected). The writer and compactor re-read and retry;
+    callers see ConcurrencyConflict only when retries run out."""
+
+    retriable = True
+
+
+class InconsistentReadState(LlogError):
+    """The sparse index does not cover a range it should (gap or overlap)."""
+
+
+class CorruptBatch(LlogError):
+    """Stored bytes failed validation (magic, version, length, count or CRC)."""
+
+
+class CompactionConflict(LlogError):
+    """Another compactor changed the partition's compaction state under us."""
+
+    retriable = True
+
+
+class StorageError(LlogError):
+    """A call to the metadata store or the object store failed."""
+
+    retriable = True
+
+
+class MetadataStoreError(StorageError):
+    """An Oxia call failed (unavailable, deadline, unexpected status)."""
+
+
+class ObjectStoreError(StorageError):
+    """An S3 call failed."""
+
+
+class ObjectNotFound(ObjectStoreError):
+    """The object or the bucket does not exist."""
+
+    retriable = False

@@ -1,0 +1,311 @@
+"""The read path: ``LeaderlessLogReader``.
+
+A read takes a snapshot of ``meta/control`` (high watermark and pending),
+resolves the batch holding the offset through the sparse index, fetches that
+batch's bytes from S3 (a range GET when the entry names a slice of a shared
+blob) and decodes them, verifying length, CRC and record count.
+
+- ``read_offset``: one CEILING get on ``index/{offset_20d}`` with the
+  partition key. The answer may be any later key of the shard (another
+  partition's, this partition's ``meta/...``, or ``__oxia/...``), so it is
+  used only if it is one of this partition's index keys and its range covers
+  the offset; otherwise the reader falls back to ``pending``.
+- ``iter_from`` / ``read_range``: one range scan over ``[index/{start}, index/~)``
+  (one Oxia stream, not one call per record), one S3 GET per batch, with a
+  small read-ahead so S3 latency overlaps decoding. Entries already covered
+  are skipped, which also makes the transient compaction state (a COMPACTED
+  end key above WAL keys it covers) read correctly.
+
+Offsets are inclusive everywhere; the log starts at offset 1 and the high
+watermark is ``sequence_counter - 1``. A scan reads up to the high
+watermark seen when it started.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Iterator, Mapping
+
+from ._codec import BATCH_ENCODING, SHARED_MAGIC, decode_batch, decode_shared_header
+from ._config import OxiaConfig, S3Config
+from ._errors import (
+    CorruptBatch,
+    InconsistentReadState,
+    InvalidRequest,
+    OffsetOutOfRange,
+    PartitionNotInitialized,
+)
+from ._keys import LogLayout, PartitionKeys, parse_s3_uri
+from ._metastore import MetadataStore, OxiaMetadataStore
+from ._objectstore import ObjectStore, S3ObjectStore
+from ._records import ControlRecord, IndexEntry
+from ._structs import ReadRecord
+from .leaderless_log_metrics import LlogMetrics
+
+__all__ = ["LeaderlessLogReader", "ReadRecord", "ResolvedBatch"]
+
+LOG_START_OFFSET = 1
+
+
+@dataclass(frozen=True)
+class ResolvedBatch:
+    """One index entry (or the pending append) with its offset range."""
+
+    start_offset: int
+    end_offset: int
+    entry: IndexEntry
+    from_pending: bool = False
+
+    def covers(self, offset: int) -> bool:
+        return self.start_offset <= offset <= self.end_offset
+
+
+class LeaderlessLogReader:
+    """Reads records by offset. Thread-safe; a context manager."""
+
+    def __init__(
+        self,
+        oxia_config: OxiaConfig,
+        s3_config: S3Config | None = None,
+        *,
+        metrics: LlogMetrics | None = None,
+        metadata_store: MetadataStore | None = None,
+        object_store: ObjectStore | None = None,
+        read_ahead: int = 4,
+    ) -> None:
+        self.layout = LogLayout(oxia_config.root_prefix)
+        self.metrics = metrics or LlogMetrics()
+        self._owns_meta = metadata_store is None
+        self._owns_objects = object_store is None
+        self._meta = metadata_store or OxiaMetadataStore(oxia_config, self.metrics)
+        try:
+            self._objects = object_store or S3ObjectStore(s3_config or S3Config(bucket=None), self.metrics)
+        except Exception:
+            if self._owns_meta:
+                self._meta.close()
+            raise
+        self._read_ahead = max(1, read_ahead)
+        self._pool = ThreadPoolExecutor(self._read_ahead, thread_name_prefix="llog-read")
+        self._closed = False
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_env(
+        cls, env: Mapping[str, str] | None = None, *, metrics: LlogMetrics | None = None, **kwargs
+    ) -> LeaderlessLogReader:
+        """Build from ``LLOG_OXIA_*``, ``LLOG_ROOT_PREFIX`` and the optional
+        ``LLOG_S3_*`` (no bucket needed: index entries carry full URIs)."""
+        return cls(OxiaConfig.from_env(env), S3Config.from_env(env), metrics=metrics, **kwargs)
+
+    def __enter__(self) -> LeaderlessLogReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._pool.shutdown(wait=True)
+        if self._owns_objects:
+            self._objects.close()
+        if self._owns_meta:
+            self._meta.close()
+
+    # -- metadata --------------------------------------------------------------
+    def control(self, topic: str, partition: int) -> ControlRecord:
+        """The partition's ``meta/control``; raises PartitionNotInitialized."""
+        return self._control(self.layout.partition(topic, partition))
+
+    def high_watermark(self, topic: str, partition: int) -> int:
+        """The last written offset (0 for an empty log)."""
+        return self.control(topic, partition).high_watermark
+
+    def _control(self, keys: PartitionKeys) -> ControlRecord:
+        rec = self._meta.get(keys.control, keys.partition_key)
+        if rec is None:
+            raise PartitionNotInitialized(
+                "partition is not initialized", topic=keys.tp.topic, partition=keys.tp.partition
+            )
+        return ControlRecord.decode(rec.value)
+
+    def _check_offset(self, keys: PartitionKeys, control: ControlRecord, offset: int) -> None:
+        if isinstance(offset, bool) or not isinstance(offset, int):
+            raise InvalidRequest(f"offset must be an integer, got {offset!r}")
+        if offset < LOG_START_OFFSET or offset > control.high_watermark:
+            raise OffsetOutOfRange(
+                f"offset {offset} is outside the log [{LOG_START_OFFSET}, {control.high_watermark}]",
+                topic=keys.tp.topic, partition=keys.tp.partition, offset=offset,
+            )
+
+    # -- resolution --------------------------------------------------------------
+    def resolve(self, topic: str, partition: int, offset: int) -> ResolvedBatch:
+        """The batch holding ``offset`` (index entry or pending append)."""
+        keys = self.layout.partition(topic, partition)
+        control = self._control(keys)
+        self._check_offset(keys, control, offset)
+        return self._resolve(keys, control, offset)
+
+    def _resolve(self, keys: PartitionKeys, control: ControlRecord, offset: int) -> ResolvedBatch:
+        rec = self._meta.ceiling(keys.index(offset), keys.partition_key)
+        if rec is not None:
+            end = keys.index_offset(rec.key)
+            if end is not None:
+                entry = IndexEntry.decode(rec.value)
+                batch = ResolvedBatch(entry.start_offset(end), end, entry)
+                if batch.covers(offset):
+                    return batch
+        pending = self._pending_batch(control)
+        if pending is not None and pending.covers(offset):
+            return pending
+        raise InconsistentReadState(
+            "no index entry or pending append covers this offset",
+            topic=keys.tp.topic, partition=keys.tp.partition, offset=offset,
+        )
+
+    @staticmethod
+    def _pending_batch(control: ControlRecord) -> ResolvedBatch | None:
+        p = control.pending
+        if p is None:
+            return None
+        return ResolvedBatch(p.start_offset, p.end_offset, p.index_entry(), from_pending=True)
+
+    # -- bytes -------------------------------------------------------------------
+    def fetch_batch(self, keys: PartitionKeys, batch: ResolvedBatch) -> list[bytes]:
+        """Download and decode one batch's records."""
+        entry = batch.entry
+        if entry.encoding != BATCH_ENCODING:
+            raise CorruptBatch(
+                f"unsupported encoding {entry.encoding!r}",
+                topic=keys.tp.topic, partition=keys.tp.partition, offset=batch.start_offset,
+            )
+        bucket, key = parse_s3_uri(entry.data_key)
+        if entry.byte_offset is not None and entry.byte_length is not None:
+            data = self._objects.get(bucket, key, (entry.byte_offset, entry.byte_length))
+        else:
+            data = self._objects.get(bucket, key)
+            if data[:4] == SHARED_MAGIC:
+                data = self._slice_shared(keys, data)
+        try:
+            return decode_batch(data, expected_count=entry.msg_count)
+        except CorruptBatch as exc:
+            raise CorruptBatch(
+                f"{exc.message} in {entry.data_key}", topic=keys.tp.topic,
+                partition=keys.tp.partition, offset=batch.start_offset,
+            ) from exc
+
+    @staticmethod
+    def _slice_shared(keys: PartitionKeys, blob: bytes) -> bytes:
+        """This partition's body of a whole shared blob (entries with no range)."""
+        header = decode_shared_header(blob)
+        for part in header.partitions:
+            if part.topic == keys.tp.topic and part.partition == keys.tp.partition:
+                return blob[part.body_offset:part.body_offset + part.body_length]
+        raise CorruptBatch(
+            "shared blob has no body for this partition",
+            topic=keys.tp.topic, partition=keys.tp.partition,
+        )
+
+    # -- public reads --------------------------------------------------------------
+    def read_offset(self, topic: str, partition: int, offset: int) -> ReadRecord:
+        """The record at ``offset``."""
+        keys = self.layout.partition(topic, partition)
+        control = self._control(keys)
+        self._check_offset(keys, control, offset)
+        batch = self._resolve(keys, control, offset)
+        payloads = self.fetch_batch(keys, batch)
+        self.metrics.inc("reader_records_total")
+        return ReadRecord(topic, partition, offset, payloads[offset - batch.start_offset])
+
+    def read_range(self, topic: str, partition: int, start: int, end: int) -> list[ReadRecord]:
+        """Records ``start`` through ``end`` (inclusive)."""
+        if end < start:
+            raise InvalidRequest(f"end ({end}) must be >= start ({start})")
+        keys = self.layout.partition(topic, partition)
+        control = self._control(keys)
+        self._check_offset(keys, control, start)
+        self._check_offset(keys, control, end)
+        return list(self._scan(keys, control, start, end))
+
+    def iter_from(
+        self, topic: str, partition: int, offset: int, end: int | None = None
+    ) -> Iterator[ReadRecord]:
+        """Records from ``offset`` up to ``end`` (inclusive; default: the high
+        watermark when the scan starts). Starting just past the high
+        watermark yields nothing."""
+        keys = self.layout.partition(topic, partition)
+        control = self._control(keys)
+        last = control.high_watermark if end is None else min(end, control.high_watermark)
+        if offset == control.high_watermark + 1 and offset >= LOG_START_OFFSET:
+            return iter(())
+        self._check_offset(keys, control, offset)
+        return self._scan(keys, control, offset, last)
+
+    def scan_batches(self, topic: str, partition: int, start: int, end: int) -> Iterator[ResolvedBatch]:
+        """The batches covering ``[start, end]`` in order (metadata only)."""
+        keys = self.layout.partition(topic, partition)
+        control = self._control(keys)
+        self._check_offset(keys, control, start)
+        return self._batches(keys, control, start, min(end, control.high_watermark))
+
+    def _batches(
+        self, keys: PartitionKeys, control: ControlRecord, start: int, end: int
+    ) -> Iterator[ResolvedBatch]:
+        next_offset = start
+        rows = self._meta.range_scan(keys.index(start), keys.index_end, keys.partition_key)
+        for rec in rows:
+            if next_offset > end:
+                break
+            entry_end = keys.index_offset(rec.key)
+            if entry_end is None or entry_end < next_offset:
+                continue
+            entry = IndexEntry.decode(rec.value)
+            batch = ResolvedBatch(entry.start_offset(entry_end), entry_end, entry)
+            if batch.start_offset > next_offset:
+                break  # a gap: maybe the pending append fills it, checked below
+            yield batch
+            next_offset = entry_end + 1
+        if next_offset <= end:
+            pending = self._pending_batch(control)
+            if pending is not None and pending.covers(next_offset):
+                yield pending
+                next_offset = pending.end_offset + 1
+        if next_offset <= end:
+            raise InconsistentReadState(
+                f"gap in the index: nothing covers offsets {next_offset}..{end}",
+                topic=keys.tp.topic, partition=keys.tp.partition, offset=next_offset,
+            )
+
+    def _scan(self, keys: PartitionKeys, control: ControlRecord, start: int, end: int) -> Iterator[ReadRecord]:
+        topic, partition = keys.tp.topic, keys.tp.partition
+        inflight: deque[tuple[ResolvedBatch, Future]] = deque()
+        batches = self._batches(keys, control, start, end)
+        next_offset = start
+
+        def refill() -> None:
+            while len(inflight) < self._read_ahead:
+                batch = next(batches, None)
+                if batch is None:
+                    return
+                inflight.append((batch, self._pool.submit(self.fetch_batch, keys, batch)))
+
+        try:
+            refill()
+            while inflight:
+                batch, fut = inflight.popleft()
+                payloads = fut.result()
+                refill()
+                first = max(next_offset, batch.start_offset)
+                last = min(end, batch.end_offset)
+                for off in range(first, last + 1):
+                    yield ReadRecord(topic, partition, off, payloads[off - batch.start_offset])
+                self.metrics.inc("reader_records_total", max(0, last - first + 1))
+                next_offset = last + 1
+        finally:
+            for _, fut in inflight:
+                fut.cancel()

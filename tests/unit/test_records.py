@@ -1,0 +1,222 @@
+"""The Oxia JSON values: round trips, golden bytes, corrupt input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from server._codec import BATCH_ENCODING
+from server._errors import CorruptBatch
+from server._records import (
+    ENTRY_COMPACTED,
+    ENTRY_WAL,
+    LOG_STATE_FENCED,
+    LOG_STATE_OPEN,
+    CompactionCursor,
+    CompactionRecord,
+    CompactorClaim,
+    ControlRecord,
+    IndexEntry,
+    PendingAppend,
+)
+
+VALUES = Path(__file__).resolve().parents[2] / "leaderless-log-protocol" / "examples" / "oxia-values"
+URI = "s3://bucket/llog/wal-shared/0b7e9f4c-2d3a-4e5f-8a6b-7c8d9e0f1a2b"
+
+PENDING = PendingAppend(
+    append_id="a1",
+    start_offset=4,
+    end_offset=6,
+    msg_count=3,
+    entry_type=ENTRY_WAL,
+    data_key=URI,
+    encoding=BATCH_ENCODING,
+    byte_offset=300,
+    byte_length=45,
+    created_at_ms=1_760_000_000_000,
+)
+
+# Which class decodes each golden value.
+GOLDEN = {
+    "control-open.json": ControlRecord,
+    "control-pending.json": ControlRecord,
+    "control-fenced.json": ControlRecord,
+    "index-wal-shared.json": IndexEntry,
+    "index-compacted.json": IndexEntry,
+    "compaction-cursor.json": CompactionCursor,
+    "compaction-deleting-old.json": CompactionRecord,
+    "compactor-claim.json": CompactorClaim,
+}
+
+
+# --- round trips ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        ControlRecord(LOG_STATE_OPEN, 1, None),
+        ControlRecord(LOG_STATE_OPEN, 7, PENDING),
+        ControlRecord(LOG_STATE_FENCED, 7, None),
+        ControlRecord(LOG_STATE_OPEN, 2**63 - 1, None),
+        PENDING.index_entry(),
+        IndexEntry(ENTRY_COMPACTED, 10, URI, BATCH_ENCODING, None, None, 5),
+        IndexEntry(ENTRY_WAL, 1, URI, BATCH_ENCODING, 0, 0, 0),
+        CompactionCursor(1),
+        CompactionCursor(123456789),
+        CompactionRecord("c1", "WRITING_COMPACTED_INDEX", 1, 5, 5, URI, BATCH_ENCODING, 9, 4),
+        CompactionRecord("c1", "UPDATING_CURSOR", 1, 5, 5, URI, BATCH_ENCODING, 9, None),
+        CompactorClaim("compactor-1", 42),
+    ],
+    ids=lambda v: type(v).__name__,
+)
+def test_round_trip(value) -> None:
+    raw = value.encode()
+    assert isinstance(raw, bytes)
+    assert type(value).decode(raw) == value
+    assert type(value).decode(raw).encode() == raw
+
+
+def test_encoding_is_compact_and_ordered() -> None:
+    raw = ControlRecord(LOG_STATE_OPEN, 1, None).encode()
+    assert raw == b'{"log_state":"OPEN","sequence_counter":1,"pending":null}'
+    entry = PENDING.index_entry().encode()
+    assert list(json.loads(entry)) == [
+        "type", "msg_count", "data_key", "encoding", "byte_offset", "byte_length", "created_at_ms",
+    ]
+    assert b" " not in entry
+
+
+def test_pending_keeps_null_byte_range() -> None:
+    legacy = PendingAppend("a", 1, 1, 1, ENTRY_WAL, URI, BATCH_ENCODING, None, None, 0)
+    doc = json.loads(ControlRecord(LOG_STATE_OPEN, 2, legacy).encode())
+    assert doc["pending"]["byte_offset"] is None and doc["pending"]["byte_length"] is None
+
+
+def test_index_entry_omits_absent_byte_range() -> None:
+    doc = json.loads(IndexEntry(ENTRY_COMPACTED, 3, URI, BATCH_ENCODING, None, None, 1).encode())
+    assert "byte_offset" not in doc and "byte_length" not in doc
+    # The two fields travel together: one without the other is not written.
+    doc = json.loads(IndexEntry(ENTRY_WAL, 3, URI, BATCH_ENCODING, 5, None, 1).encode())
+    assert "byte_offset" not in doc and "byte_length" not in doc
+
+
+def test_pending_materializes_to_index_entry() -> None:
+    entry = PENDING.index_entry()
+    assert entry == IndexEntry(ENTRY_WAL, 3, URI, BATCH_ENCODING, 300, 45, 1_760_000_000_000)
+    assert entry.start_offset(PENDING.end_offset) == PENDING.start_offset
+
+
+def test_control_properties() -> None:
+    control = ControlRecord(LOG_STATE_OPEN, 7, PENDING)
+    assert control.high_watermark == 6
+    assert not control.fenced
+    assert ControlRecord(LOG_STATE_FENCED, 1).fenced
+    assert ControlRecord(LOG_STATE_OPEN, 1).high_watermark == 0
+    assert control.with_pending(None) == ControlRecord(LOG_STATE_OPEN, 7, None)
+    assert control.pending == PENDING  # with_pending returns a copy
+
+
+def test_decoders_accept_other_field_order_whitespace_and_unknown_fields() -> None:
+    raw = b'{ "pending" : null, "extra": [1, 2], "sequence_counter": 5, "log_state": "FENCED" }'
+    assert ControlRecord.decode(raw) == ControlRecord(LOG_STATE_FENCED, 5, None)
+    raw = b'{"offset": 3, "future": true}'
+    assert CompactionCursor.decode(raw) == CompactionCursor(3)
+
+
+def test_decoders_default_optional_fields() -> None:
+    entry = IndexEntry.decode(b'{"type":"WAL","msg_count":1,"data_key":"s3://b/k"}')
+    assert entry.encoding == BATCH_ENCODING
+    assert entry.byte_offset is None and entry.byte_length is None
+    assert entry.created_at_ms == 0
+    record = CompactionRecord.decode(
+        b'{"compaction_id":"c","state":"DELETING_OLD","start_offset":1,"end_offset":2,'
+        b'"msg_count":2,"data_key":"s3://b/k"}'
+    )
+    assert record.last_entry_start_offset is None
+
+
+# --- golden values --------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(GOLDEN))
+def test_golden_value_decodes_and_reencodes_identically(name: str) -> None:
+    raw = (VALUES / name).read_bytes()
+    assert not raw.endswith(b"\n")
+    value = GOLDEN[name].decode(raw)
+    assert value.encode() == raw
+
+
+def test_golden_keys_cover_every_value() -> None:
+    keys = json.loads((VALUES / "keys.json").read_text(encoding="utf-8"))
+    assert set(keys) == set(GOLDEN)
+    for name, meta in keys.items():
+        assert meta["key"].startswith("llog/orders/partitions/0/")
+        assert meta["partition_key"] == "orders:0"
+        assert meta["ephemeral"] is (name == "compactor-claim.json")
+
+
+def test_golden_story_is_consistent() -> None:
+    pending_control = ControlRecord.decode((VALUES / "control-pending.json").read_bytes())
+    wal_entry = IndexEntry.decode((VALUES / "index-wal-shared.json").read_bytes())
+    assert pending_control.pending is not None
+    assert pending_control.sequence_counter == pending_control.pending.end_offset + 1
+    assert pending_control.pending.index_entry() == wal_entry
+    compaction = CompactionRecord.decode((VALUES / "compaction-deleting-old.json").read_bytes())
+    compacted = IndexEntry.decode((VALUES / "index-compacted.json").read_bytes())
+    assert compacted.type == ENTRY_COMPACTED
+    assert compacted.data_key == compaction.data_key
+    assert compacted.start_offset(compaction.end_offset) == compaction.start_offset
+    assert compaction.msg_count == compaction.end_offset - compaction.start_offset + 1
+    assert CompactionCursor.decode((VALUES / "compaction-cursor.json").read_bytes()).offset == compaction.start_offset
+
+
+# --- corrupt values -------------------------------------------------------
+
+CORRUPT = [
+    pytest.param(ControlRecord, b"", id="control-empty"),
+    pytest.param(ControlRecord, b"not json", id="control-garbage"),
+    pytest.param(ControlRecord, b"\xff\xfe", id="control-not-utf8"),
+    pytest.param(ControlRecord, b"[1,2]", id="control-array"),
+    pytest.param(ControlRecord, b'"OPEN"', id="control-string"),
+    pytest.param(ControlRecord, b"null", id="control-null"),
+    pytest.param(ControlRecord, b'{"log_state":"OPEN"}', id="control-missing-counter"),
+    pytest.param(ControlRecord, b'{"sequence_counter":1}', id="control-missing-state"),
+    pytest.param(ControlRecord, b'{"log_state":"OPEN","sequence_counter":"x"}', id="control-bad-int"),
+    pytest.param(ControlRecord, b'{"log_state":"OPEN","sequence_counter":null}', id="control-null-int"),
+    pytest.param(ControlRecord, b'{"log_state":"OPEN","sequence_counter":1,"pending":{}}', id="pending-empty"),
+    pytest.param(ControlRecord, b'{"log_state":"OPEN","sequence_counter":1,"pending":"p"}', id="pending-string"),
+    pytest.param(ControlRecord, b'{"log_state":"OPEN","sequence_counter":1,"pending":[1]}', id="pending-array"),
+    pytest.param(ControlRecord, b'{"log_state":"OPEN","sequence_counter":1,"pending":5}', id="pending-number"),
+    pytest.param(
+        ControlRecord,
+        b'{"log_state":"OPEN","sequence_counter":3,"pending":{"append_id":"a","start_offset":1,'
+        b'"end_offset":"two","msg_count":2,"data_key":"s3://b/k"}}',
+        id="pending-bad-int",
+    ),
+    pytest.param(IndexEntry, b"{", id="index-truncated"),
+    pytest.param(IndexEntry, b'{"type":"WAL","msg_count":1}', id="index-missing-data-key"),
+    pytest.param(IndexEntry, b'{"type":"WAL","data_key":"s3://b/k"}', id="index-missing-count"),
+    pytest.param(IndexEntry, b'{"type":"WAL","msg_count":1,"data_key":"s3://b/k","byte_offset":"x"}', id="index-bad-offset"),
+    pytest.param(CompactionCursor, b"{}", id="cursor-empty"),
+    pytest.param(CompactionCursor, b'{"offset":[]}', id="cursor-list"),
+    pytest.param(CompactionCursor, b'{"offset":NaN}', id="cursor-nan"),
+    pytest.param(CompactionRecord, b'{"compaction_id":"c"}', id="compaction-partial"),
+    pytest.param(CompactionRecord, b"true", id="compaction-bool"),
+    pytest.param(CompactorClaim, b'{"compactor_id":"x"}', id="claim-missing-time"),
+    pytest.param(CompactorClaim, b"3", id="claim-number"),
+]
+
+
+@pytest.mark.parametrize(("cls", "raw"), CORRUPT)
+def test_corrupt_values_raise_corrupt_batch(cls, raw: bytes) -> None:
+    with pytest.raises(CorruptBatch):
+        cls.decode(raw)
+
+
+@pytest.mark.parametrize("raw", [b'{"offset":Infinity}', b'{"offset":-Infinity}'])
+def test_infinity_raises_corrupt_batch(raw: bytes) -> None:
+    with pytest.raises(CorruptBatch):
+        CompactionCursor.decode(raw)

@@ -1,0 +1,339 @@
+"""Writer, BatchingProducer and reader logic over the in-memory fakes.
+
+These pin the protocol's step order and crash points precisely (a fault can
+be injected into exactly one call); the same behaviour is tested against the
+real Oxia and S3 in tests/integration.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from server._config import BatchConfig, OxiaConfig, S3Config
+from server._errors import (
+    AppendFailed,
+    BackPressureRejected,
+    CorruptBatch,
+    InconsistentReadState,
+    InvalidRequest,
+    MetadataStoreError,
+    OffsetOutOfRange,
+    PartitionFenced,
+    PartitionNotInitialized,
+    ProducerClosed,
+)
+from server._metastore import InMemoryMetadataStore
+from server._objectstore import InMemoryObjectStore
+from server._records import ControlRecord, IndexEntry
+from server.leaderless_log_reader import LeaderlessLogReader
+from server.leaderless_log_writer import BatchingProducer, LeaderlessLogWriter, SharedAppendGroup
+
+OXIA = OxiaConfig("fake:1", root_prefix="llog")
+S3 = S3Config("llog")
+
+
+@pytest.fixture
+def stores():
+    return InMemoryMetadataStore(), InMemoryObjectStore()
+
+
+@pytest.fixture
+def writer(stores):
+    meta, objs = stores
+    with LeaderlessLogWriter(OXIA, S3, metadata_store=meta, object_store=objs) as w:
+        yield w
+
+
+@pytest.fixture
+def reader(stores):
+    meta, objs = stores
+    with LeaderlessLogReader(OXIA, S3, metadata_store=meta, object_store=objs) as r:
+        yield r
+
+
+def control(meta: InMemoryMetadataStore, topic="orders", partition=0) -> ControlRecord:
+    rec = meta.get(f"llog/{topic}/partitions/{partition}/meta/control", f"{topic}:{partition}")
+    assert rec is not None
+    return ControlRecord.decode(rec.value)
+
+
+def payloads(reader, topic="orders", partition=0, start=1):
+    return [r.payload for r in reader.iter_from(topic, partition, start)]
+
+
+def test_initialize_is_idempotent(writer, stores):
+    meta, _ = stores
+    assert writer.initialize_partition("orders", 0) is True
+    assert writer.initialize_partition("orders", 0) is False
+    c = control(meta)
+    assert (c.log_state, c.sequence_counter, c.pending) == ("OPEN", 1, None)
+    assert meta.get("llog/orders/partitions/0/meta/compaction-cursor", "orders:0").value == b'{"offset":1}'
+
+
+def test_one_blob_many_partitions_offsets_per_partition(writer, reader, stores):
+    _, objs = stores
+    for p in range(4):
+        writer.initialize_partition("orders", p)
+    res = writer.append_shared(
+        [SharedAppendGroup("orders", p, [f"{p}-{i}".encode() for i in range(p + 1)]) for p in range(4)]
+    )
+    assert objs.calls["put"] == 1
+    assert len({r.wal_uri for r in res}) == 1
+    assert [(r.start_offset, r.end_offset) for r in res] == [(1, 1), (1, 2), (1, 3), (1, 4)]
+    assert res[2].index_key == "llog/orders/partitions/2/index/00000000000000000003"
+    for p in range(4):
+        assert payloads(reader, partition=p) == [f"{p}-{i}".encode() for i in range(p + 1)]
+
+
+def test_steady_state_is_three_oxia_round_trips_per_partition(writer, stores):
+    meta, _ = stores
+    writer.initialize_partition("orders", 0)
+    writer.append_shared([SharedAppendGroup("orders", 0, [b"warm"])])
+    before = dict(meta.calls)
+    writer.append_shared([SharedAppendGroup("orders", 0, [b"a", b"b"])])
+    spent = {k: v - before.get(k, 0) for k, v in meta.calls.items() if v - before.get(k, 0)}
+    assert spent == {"put": 3}  # reserve CAS, index create, clear CAS
+
+
+def test_append_to_uninitialized_partition_fails_only_that_group(writer, reader):
+    writer.initialize_partition("orders", 0)
+    with pytest.raises(AppendFailed) as info:
+        writer.append_shared([SharedAppendGroup("orders", 0, [b"ok"]), SharedAppendGroup("orders", 9, [b"x"])])
+    ok, bad = info.value.results
+    assert ok.ok and ok.start_offset == 1
+    assert isinstance(bad.error, PartitionNotInitialized)
+    assert payloads(reader) == [b"ok"]
+
+
+def test_crash_after_reserve_leaves_readable_pending_that_next_append_materializes(stores, reader):
+    meta, objs = stores
+    with LeaderlessLogWriter(OXIA, S3, metadata_store=meta, object_store=objs) as w1:
+        w1.initialize_partition("orders", 0)
+        w1.append_shared([SharedAppendGroup("orders", 0, [b"a"])])
+        # The commit's index create fails: the writer "dies" after reserving.
+        meta.fail_next("put", key_contains="/index/")
+        with pytest.raises(AppendFailed):
+            w1.append_shared([SharedAppendGroup("orders", 0, [b"b", b"c"])])
+
+    c = control(meta)
+    assert c.pending is not None and (c.pending.start_offset, c.pending.end_offset) == (2, 3)
+    assert meta.get("llog/orders/partitions/0/index/00000000000000000003", "orders:0") is None
+    # The reader serves the pending tail.
+    assert payloads(reader) == [b"a", b"b", b"c"]
+    assert reader.read_offset("orders", 0, 3).payload == b"c"
+    # A different writer's next append materializes it and moves on.
+    with LeaderlessLogWriter(OXIA, S3, metadata_store=meta, object_store=objs) as w2:
+        (r,) = w2.append_shared([SharedAppendGroup("orders", 0, [b"d"])])
+    assert (r.start_offset, r.end_offset) == (4, 4)
+    assert meta.get("llog/orders/partitions/0/index/00000000000000000003", "orders:0") is not None
+    assert control(meta).pending is None
+    assert payloads(reader) == [b"a", b"b", b"c", b"d"]
+
+
+def test_fence_blocks_appends_and_unfence_reopens(writer, reader):
+    writer.initialize_partition("orders", 0)
+    writer.append_shared([SharedAppendGroup("orders", 0, [b"a"])])
+    assert writer.fence_partition("orders", 0).log_state == "FENCED"
+    with pytest.raises(AppendFailed) as info:
+        writer.append_shared([SharedAppendGroup("orders", 0, [b"refused"])])
+    assert isinstance(info.value.results[0].error, PartitionFenced)
+    writer.unfence_partition("orders", 0)
+    (r,) = writer.append_shared([SharedAppendGroup("orders", 0, [b"b"])])
+    assert r.start_offset == 2
+    assert payloads(reader) == [b"a", b"b"]
+
+
+def test_invalid_input_is_rejected_before_any_write(writer, stores):
+    meta, objs = stores
+    bad = [
+        lambda: SharedAppendGroup("", 0, [b"x"]),
+        lambda: SharedAppendGroup("a/b", 0, [b"x"]),
+        lambda: SharedAppendGroup("..", 0, [b"x"]),
+        lambda: SharedAppendGroup("t" * 250, 0, [b"x"]),
+        lambda: SharedAppendGroup("t", -1, [b"x"]),
+        lambda: SharedAppendGroup("t", 1.5, [b"x"]),
+        lambda: SharedAppendGroup("t", True, [b"x"]),
+        lambda: SharedAppendGroup("t", 0, []),
+        lambda: SharedAppendGroup("t", 0, b"not-a-list"),
+        lambda: SharedAppendGroup("t", 0, [1, 2]),
+        lambda: writer.append_shared([]),
+    ]
+    for make in bad:
+        with pytest.raises(InvalidRequest):
+            make()
+    assert objs.calls == {} and meta.calls == {}
+
+
+def test_reader_errors(writer, reader):
+    with pytest.raises(PartitionNotInitialized):
+        reader.read_offset("orders", 0, 1)
+    writer.initialize_partition("orders", 0)
+    writer.append_shared([SharedAppendGroup("orders", 0, [b"a", b"b"])])
+    for off in (0, 3, -1):
+        with pytest.raises(OffsetOutOfRange):
+            reader.read_offset("orders", 0, off)
+    assert list(reader.iter_from("orders", 0, 3)) == []
+    assert [r.offset for r in reader.read_range("orders", 0, 2, 2)] == [2]
+
+
+def test_corrupted_bytes_raise_corrupt_batch(writer, reader, stores):
+    _, objs = stores
+    writer.initialize_partition("orders", 0)
+    (r,) = writer.append_shared([SharedAppendGroup("orders", 0, [b"hello world"])])
+    (bucket, key), (blob, t) = next(iter(objs.objects.items()))
+    flipped = bytearray(blob)
+    flipped[-3] ^= 0x40
+    objs.objects[(bucket, key)] = (bytes(flipped), t)
+    with pytest.raises(CorruptBatch) as info:
+        reader.read_offset("orders", 0, 1)
+    assert "checksum" in str(info.value) and info.value.partition == 0
+
+
+def test_ceiling_answer_from_another_partition_is_not_trusted(writer, reader, stores):
+    """A CEILING past this partition's last index key lands on its meta/ keys
+    (and in real Oxia possibly another partition); the reader must notice."""
+    meta, _ = stores
+    writer.initialize_partition("orders", 0)
+    writer.append_shared([SharedAppendGroup("orders", 0, [b"a"])])
+    # Forge a high-watermark beyond the index without a pending: a gap.
+    meta.put("llog/orders/partitions/0/meta/control", ControlRecord("OPEN", 5, None).encode(), "orders:0")
+    with pytest.raises(InconsistentReadState):
+        reader.read_offset("orders", 0, 3)
+    with pytest.raises(InconsistentReadState):
+        list(reader.iter_from("orders", 0, 1))
+
+
+def test_transient_compaction_state_reads_the_same_records(writer, reader, stores):
+    """COMPACTED end key written, lower WAL keys not yet deleted."""
+    meta, objs = stores
+    writer.initialize_partition("orders", 0)
+    for chunk in ([b"a", b"b"], [b"c"], [b"d", b"e"]):
+        writer.append_shared([SharedAppendGroup("orders", 0, chunk)])
+    from server._codec import encode_batch
+
+    objs.put("llog", "llog/orders/partitions/0/data/compacted/c1", encode_batch([b"a", b"b", b"c", b"d", b"e"]))
+    entry = IndexEntry("COMPACTED", 5, "s3://llog/llog/orders/partitions/0/data/compacted/c1", "bytes-batch-v1", None, None, 1)
+    meta.put("llog/orders/partitions/0/index/00000000000000000005", entry.encode(), "orders:0")
+    assert payloads(reader) == [b"a", b"b", b"c", b"d", b"e"]
+    assert [reader.read_offset("orders", 0, o).payload for o in range(1, 6)] == [b"a", b"b", b"c", b"d", b"e"]
+    meta.delete_range(
+        "llog/orders/partitions/0/index/00000000000000000001",
+        "llog/orders/partitions/0/index/00000000000000000005",
+        "orders:0",
+    )
+    assert payloads(reader, start=2) == [b"b", b"c", b"d", b"e"]
+    assert reader.read_offset("orders", 0, 4).payload == b"d"
+
+
+# -- BatchingProducer -----------------------------------------------------------
+
+
+def test_producer_coalesces_threads_into_one_flush_and_fans_out(writer, reader, stores):
+    _, objs = stores
+    for p in range(3):
+        writer.initialize_partition("orders", p)
+    with BatchingProducer(writer, BatchConfig(max_bytes=1 << 20, max_delay_ms=200)) as bp:
+        results: dict[int, list] = {}
+
+        def worker(i: int) -> None:
+            results[i] = bp.append_shared([SharedAppendGroup("orders", i % 3, [f"r{i}".encode(), b"+"])])
+
+        threads = [threading.Thread(target=worker, args=(i,)) for i in range(12)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert objs.calls["put"] == 1
+    for p in range(3):
+        got = sorted((r[0].start_offset, r[0].end_offset) for i, r in results.items() if i % 3 == p)
+        assert got == [(1, 2), (3, 4), (5, 6), (7, 8)]
+        data = payloads(reader, partition=p)
+        for i, r in results.items():
+            if i % 3 == p:
+                assert data[r[0].start_offset - 1] == f"r{i}".encode()
+
+
+def test_producer_flushes_on_size(writer, stores):
+    _, objs = stores
+    writer.initialize_partition("orders", 0)
+    with BatchingProducer(writer, BatchConfig(max_bytes=100, max_delay_ms=60_000)) as bp:
+        f = bp.submit([SharedAppendGroup("orders", 0, [b"x" * 100])])
+        assert f.result(timeout=5)[0].ok
+
+
+def test_producer_backpressure_rejects_without_buffering(writer, reader):
+    writer.initialize_partition("orders", 0)
+    bp = BatchingProducer(writer, BatchConfig(max_bytes=10, max_delay_ms=60_000, max_buffer_bytes=10))
+    try:
+        gate = threading.Event()
+        original = writer.append_shared_results
+
+        def slow(groups):
+            gate.wait(5)
+            return original(groups)
+
+        writer.append_shared_results = slow
+        first = bp.submit([SharedAppendGroup("orders", 0, [b"0123456789"])])
+        with pytest.raises(BackPressureRejected):
+            bp.submit([SharedAppendGroup("orders", 0, [b"z"])])
+        with pytest.raises(InvalidRequest):
+            bp.submit([SharedAppendGroup("orders", 0, [b"x" * 11])])
+        gate.set()
+        assert first.result(5)[0].end_offset == 1
+    finally:
+        bp.close()
+    assert payloads(reader) == [b"0123456789"]
+    with pytest.raises(ProducerClosed):
+        bp.submit([SharedAppendGroup("orders", 0, [b"late"])])
+
+
+def test_producer_initializes_partitions_lazily(writer, reader):
+    with BatchingProducer(writer, BatchConfig(max_delay_ms=1)) as bp:
+        (r,) = bp.append_shared([SharedAppendGroup("fresh", 3, [b"x"])], timeout=5)
+    assert r.ok and r.start_offset == 1
+    assert payloads(reader, topic="fresh", partition=3) == [b"x"]
+
+
+def test_producer_close_flushes_buffered(writer, reader):
+    writer.initialize_partition("orders", 0)
+    bp = BatchingProducer(writer, BatchConfig(max_delay_ms=60_000))
+    f = bp.submit([SharedAppendGroup("orders", 0, [b"late"])])
+    bp.close()
+    assert f.result(0)[0].ok
+    assert payloads(reader) == [b"late"]
+
+
+def test_a_pending_seen_in_a_stale_cache_is_never_materialized(stores, reader):
+    """A writer that cached a control record holding someone's pending append
+    must re-read before acting on it: by then the append may have been
+    materialized, compacted and its key deleted, and re-creating the key
+    would put a redundant WAL entry inside a compacted range."""
+    meta, objs = stores
+    with LeaderlessLogWriter(OXIA, S3, metadata_store=meta, object_store=objs) as crashed, \
+            LeaderlessLogWriter(OXIA, S3, metadata_store=meta, object_store=objs) as stale, \
+            LeaderlessLogWriter(OXIA, S3, metadata_store=meta, object_store=objs) as other:
+        crashed.initialize_partition("orders", 0)
+        crashed.append_shared([SharedAppendGroup("orders", 0, [b"a", b"b"])])
+        meta.fail_next("put", key_contains="/index/")
+        with pytest.raises(AppendFailed):
+            crashed.append_shared([SharedAppendGroup("orders", 0, [b"c"])])  # pending end=3
+        stale.control_snapshot = stale._read_control(stale.layout.partition("orders", 0))  # caches the pending
+        assert other.recover_pending("orders", 0) is True
+        # A compaction of [1, 3] replaces key 3 with COMPACTED at 3 ... then a
+        # later one of [1, 4] deletes key 3. Model the end state directly.
+        other.append_shared([SharedAppendGroup("orders", 0, [b"d"])])
+        from server._codec import encode_batch
+
+        objs.put("llog", "llog/orders/partitions/0/data/compacted/c", encode_batch([b"a", b"b", b"c", b"d"]))
+        entry = IndexEntry("COMPACTED", 4, "s3://llog/llog/orders/partitions/0/data/compacted/c", "bytes-batch-v1", None, None, 1)
+        meta.put("llog/orders/partitions/0/index/00000000000000000004", entry.encode(), "orders:0")
+        meta.delete_range("llog/orders/partitions/0/index/", "llog/orders/partitions/0/index/00000000000000000004", "orders:0")
+
+        (r,) = stale.append_shared([SharedAppendGroup("orders", 0, [b"e"])])
+    assert r.start_offset == 5
+    assert meta.get("llog/orders/partitions/0/index/00000000000000000003", "orders:0") is None
+    keys = [rec.key.rsplit("/", 1)[1] for rec in meta.range_scan("llog/orders/partitions/0/index/", "llog/orders/partitions/0/index/~", "orders:0")]
+    assert keys == ["00000000000000000004", "00000000000000000005"]
+    assert payloads(reader) == [b"a", b"b", b"c", b"d", b"e"]
