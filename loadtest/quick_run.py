@@ -69,7 +69,8 @@ def run(args: argparse.Namespace) -> int:
         data_dir.mkdir(parents=True, exist_ok=True)
 
         say("stack", f"starting Oxia + MinIO in {data_dir} ...")
-        local = LocalStack(data_dir)
+        # With --keep the servers must outlive this process.
+        local = LocalStack(data_dir, die_with_parent=not args.keep)
         local.start()
         if not args.keep:
             stack.callback(local.stop)
