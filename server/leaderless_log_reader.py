@@ -27,7 +27,7 @@ import threading
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Iterator, Mapping
+from typing import Iterator, Mapping, Sequence
 
 from ._codec import BATCH_ENCODING, SHARED_MAGIC, decode_batch, decode_shared_header
 from ._config import OxiaConfig, S3Config
@@ -48,6 +48,8 @@ from .leaderless_log_metrics import LlogMetrics
 __all__ = ["LeaderlessLogReader", "ReadRecord", "ResolvedBatch"]
 
 LOG_START_OFFSET = 1
+MERGE_GAP_BYTES = 256 * 1024
+"""Slices of one blob closer than this are fetched with one range GET."""
 
 
 @dataclass(frozen=True)
@@ -179,11 +181,6 @@ class LeaderlessLogReader:
     def fetch_batch(self, keys: PartitionKeys, batch: ResolvedBatch) -> list[bytes]:
         """Download and decode one batch's records."""
         entry = batch.entry
-        if entry.encoding != BATCH_ENCODING:
-            raise CorruptBatch(
-                f"unsupported encoding {entry.encoding!r}",
-                topic=keys.tp.topic, partition=keys.tp.partition, offset=batch.start_offset,
-            )
         bucket, key = parse_s3_uri(entry.data_key)
         if entry.byte_offset is not None and entry.byte_length is not None:
             data = self._objects.get(bucket, key, (entry.byte_offset, entry.byte_length))
@@ -191,11 +188,60 @@ class LeaderlessLogReader:
             data = self._objects.get(bucket, key)
             if data[:4] == SHARED_MAGIC:
                 data = self._slice_shared(keys, data)
+        return self._decode(keys, batch, data)
+
+    def fetch_many(self, items: Sequence[tuple[PartitionKeys, ResolvedBatch]]) -> list[list[bytes]]:
+        """Decode many batches with as few S3 GETs as possible.
+
+        Slices of one blob that lie within ``MERGE_GAP_BYTES`` of each other
+        are fetched with a single range GET spanning them (the slices of one
+        flush sit side by side in its shared blob); entries without a byte
+        range share one whole-object GET per blob. Results are in input order.
+        """
+        out: list[list[bytes] | None] = [None] * len(items)
+        by_blob: dict[str, list[int]] = {}
+        for i, (_, batch) in enumerate(items):
+            by_blob.setdefault(batch.entry.data_key, []).append(i)
+        for data_key, idxs in by_blob.items():
+            bucket, key = parse_s3_uri(data_key)
+            ranged = [i for i in idxs if items[i][1].entry.byte_offset is not None and items[i][1].entry.byte_length is not None]
+            whole = [i for i in idxs if i not in set(ranged)]
+            if whole:
+                blob = self._objects.get(bucket, key)
+                for i in whole:
+                    keys, batch = items[i]
+                    data = self._slice_shared(keys, blob) if blob[:4] == SHARED_MAGIC else blob
+                    out[i] = self._decode(keys, batch, data)
+            ranged.sort(key=lambda i: items[i][1].entry.byte_offset)
+            run: list[int] = []
+            for i in ranged + [-1]:
+                if run and (i == -1 or items[i][1].entry.byte_offset - self._run_end(items, run) > MERGE_GAP_BYTES):
+                    start = items[run[0]][1].entry.byte_offset
+                    data = self._objects.get(bucket, key, (start, self._run_end(items, run) - start))
+                    for j in run:
+                        keys, batch = items[j]
+                        off = batch.entry.byte_offset - start
+                        out[j] = self._decode(keys, batch, data[off:off + batch.entry.byte_length])
+                    run = []
+                if i != -1:
+                    run.append(i)
+        return [o if o is not None else [] for o in out]
+
+    @staticmethod
+    def _run_end(items: Sequence[tuple[PartitionKeys, ResolvedBatch]], run: list[int]) -> int:
+        return max(items[j][1].entry.byte_offset + items[j][1].entry.byte_length for j in run)
+
+    def _decode(self, keys: PartitionKeys, batch: ResolvedBatch, data: bytes) -> list[bytes]:
+        if batch.entry.encoding != BATCH_ENCODING:
+            raise CorruptBatch(
+                f"unsupported encoding {batch.entry.encoding!r}",
+                topic=keys.tp.topic, partition=keys.tp.partition, offset=batch.start_offset,
+            )
         try:
-            return decode_batch(data, expected_count=entry.msg_count)
+            return decode_batch(data, expected_count=batch.entry.msg_count)
         except CorruptBatch as exc:
             raise CorruptBatch(
-                f"{exc.message} in {entry.data_key}", topic=keys.tp.topic,
+                f"{exc.message} in {batch.entry.data_key}", topic=keys.tp.topic,
                 partition=keys.tp.partition, offset=batch.start_offset,
             ) from exc
 

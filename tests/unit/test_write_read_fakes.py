@@ -337,3 +337,20 @@ def test_a_pending_seen_in_a_stale_cache_is_never_materialized(stores, reader):
     keys = [rec.key.rsplit("/", 1)[1] for rec in meta.range_scan("llog/orders/partitions/0/index/", "llog/orders/partitions/0/index/~", "orders:0")]
     assert keys == ["00000000000000000004", "00000000000000000005"]
     assert payloads(reader) == [b"a", b"b", b"c", b"d", b"e"]
+
+
+def test_fetch_many_uses_one_get_per_blob_for_adjacent_slices(writer, reader, stores):
+    _, objs = stores
+    for p in range(3):
+        writer.initialize_partition("orders", p)
+    writer.append_shared([SharedAppendGroup("orders", p, [f"{p}-a".encode(), f"{p}-b".encode()]) for p in range(3)])
+    writer.append_shared([SharedAppendGroup("orders", 0, [b"0-c"])])
+    items = []
+    for p in range(3):
+        keys = reader.layout.partition("orders", p)
+        items.extend((keys, b) for b in reader.scan_batches("orders", p, 1, 10))
+    before = dict(objs.calls)
+    decoded = reader.fetch_many(items)
+    spent = {k: v - before.get(k, 0) for k, v in objs.calls.items() if v - before.get(k, 0)}
+    assert spent == {"range_get": 2}  # one span over the first blob's three slices, one for the second blob
+    assert decoded == [[b"0-a", b"0-b"], [b"0-c"], [b"1-a", b"1-b"], [b"2-a", b"2-b"]]
