@@ -96,6 +96,9 @@ class OxiaMetadataStore:
     def __init__(self, config: OxiaConfig, metrics: LlogMetrics | None = None) -> None:
         import oxia  # imported here so unit tests with the fake need no grpc
 
+        from . import _oxia_compat
+
+        _oxia_compat.apply()
         self._oxia = oxia
         self._metrics = metrics or LlogMetrics()
         self._config = config

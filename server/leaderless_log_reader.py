@@ -35,13 +35,14 @@ from ._errors import (
     CorruptBatch,
     InconsistentReadState,
     InvalidRequest,
+    ObjectNotFound,
     OffsetOutOfRange,
     PartitionNotInitialized,
 )
 from ._keys import LogLayout, PartitionKeys, parse_s3_uri
 from ._metastore import MetadataStore, OxiaMetadataStore
 from ._objectstore import ObjectStore, S3ObjectStore
-from ._records import ControlRecord, IndexEntry
+from ._records import ENTRY_COMPACTED, ControlRecord, IndexEntry
 from ._structs import ReadRecord
 from .leaderless_log_metrics import LlogMetrics
 
@@ -264,7 +265,11 @@ class LeaderlessLogReader:
         control = self._control(keys)
         self._check_offset(keys, control, offset)
         batch = self._resolve(keys, control, offset)
-        payloads = self.fetch_batch(keys, batch)
+        try:
+            payloads = self.fetch_batch(keys, batch)
+        except ObjectNotFound:
+            batch = self._compacted_cover(keys, offset)
+            payloads = self.fetch_batch(keys, batch)
         self.metrics.inc("reader_records_total")
         return ReadRecord(topic, partition, offset, payloads[offset - batch.start_offset])
 
@@ -298,6 +303,24 @@ class LeaderlessLogReader:
         control = self._control(keys)
         self._check_offset(keys, control, start)
         return self._batches(keys, control, start, min(end, control.high_watermark))
+
+    def _compacted_cover(self, keys: PartitionKeys, offset: int) -> ResolvedBatch:
+        """After a batch's object turned out missing: the COMPACTED entry that
+        covers ``offset`` (the WAL object was vacuumed after a compaction, or
+        the entry was a redundant one, SPEC 7.4 and 8.2)."""
+        for rec in self._meta.range_scan(keys.index(offset), keys.index_end, keys.partition_key):
+            end = keys.index_offset(rec.key)
+            if end is None:
+                break
+            entry = IndexEntry.decode(rec.value)
+            batch = ResolvedBatch(entry.start_offset(end), end, entry)
+            if entry.type == ENTRY_COMPACTED and batch.covers(offset):
+                self.metrics.inc("reader_missing_object_fallbacks_total")
+                return batch
+        raise ObjectNotFound(
+            "the object holding this offset is gone and no compacted entry covers it",
+            topic=keys.tp.topic, partition=keys.tp.partition, offset=offset,
+        )
 
     def _batches(
         self, keys: PartitionKeys, control: ControlRecord, start: int, end: int
@@ -344,7 +367,11 @@ class LeaderlessLogReader:
             refill()
             while inflight:
                 batch, fut = inflight.popleft()
-                payloads = fut.result()
+                try:
+                    payloads = fut.result()
+                except ObjectNotFound:
+                    batch = self._compacted_cover(keys, max(next_offset, batch.start_offset))
+                    payloads = self.fetch_batch(keys, batch)
                 refill()
                 first = max(next_offset, batch.start_offset)
                 last = min(end, batch.end_offset)

@@ -76,23 +76,39 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def materialize_pending(store: MetadataStore, keys: PartitionKeys, pending: PendingAppend) -> bool:
-    """Create the index entry of a pending append if it is missing.
+def materialize_pending(
+    store: MetadataStore, keys: PartitionKeys, pending: PendingAppend, *, recovering: bool = True
+) -> bool:
+    """Create the index entry of a pending append if it is missing (SPEC 7.2).
 
     Returns True if this call created it. Create-if-absent is safe because a
     pending append is always the partition's newest: if its end key exists it
     is either this very entry or a compaction ending exactly there.
+
+    A recoverer (``recovering=True``: someone else's pending) may have stalled
+    while the append was materialized, cleared and compacted past; then its
+    put re-creates a redundant key inside a compacted range. So after creating
+    the key it checks the cursor and deletes the key again if compaction has
+    passed it. The original writer skips that check to keep its commit at
+    three round trips; a redundant entry is harmless (SPEC 8.2) and vacuum
+    removes WAL entries below the cursor.
     """
+    index_key = keys.index(pending.end_offset)
     try:
-        store.put(
-            keys.index(pending.end_offset),
-            pending.index_entry().encode(),
-            keys.partition_key,
-            expected_version=EXPECT_ABSENT,
+        version = store.put(
+            index_key, pending.index_entry().encode(), keys.partition_key, expected_version=EXPECT_ABSENT
         )
-        return True
     except VersionConflict:
         return False
+    if recovering:
+        cursor = store.get(keys.compaction_cursor, keys.partition_key)
+        if cursor is not None and CompactionCursor.decode(cursor.value).offset > pending.end_offset:
+            try:
+                store.delete(index_key, keys.partition_key, expected_version=version)
+            except VersionConflict:
+                pass
+            return False
+    return True
 
 
 class LeaderlessLogWriter:
@@ -110,12 +126,15 @@ class LeaderlessLogWriter:
         metadata_store: MetadataStore | None = None,
         object_store: ObjectStore | None = None,
         commit_parallelism: int = 16,
+        max_reference_age_ms: int = 60_000,
     ) -> None:
         if commit_parallelism < 1:
             raise InvalidRequest("commit_parallelism must be >= 1")
         self.bucket = s3_config.require_bucket()
         self.layout = LogLayout(oxia_config.root_prefix)
         self.metrics = metrics or LlogMetrics()
+        self.max_reference_age_ms = max_reference_age_ms
+        """SPEC 7.0 ``D``: a blob older than this is never referenced (vacuum may take it)."""
         self._owns_meta = metadata_store is None
         self._owns_objects = object_store is None
         self._meta = metadata_store or OxiaMetadataStore(oxia_config, self.metrics)
@@ -332,6 +351,12 @@ class LeaderlessLogWriter:
             if control.pending is not None:
                 materialize_pending(self._meta, keys, control.pending)
                 control = control.with_pending(None)
+            if _now_ms() - template.created_at_ms > self.max_reference_age_ms:
+                raise ConcurrencyConflict(
+                    f"append did not commit within {self.max_reference_age_ms} ms of writing its blob; "
+                    "gave up so vacuum may reclaim the blob (retry the append)",
+                    topic=tp.topic, partition=tp.partition,
+                )
             if control.fenced:
                 raise PartitionFenced(
                     "partition is FENCED: appends are refused until it is unfenced",
@@ -358,7 +383,7 @@ class LeaderlessLogWriter:
                 break
 
         if reserved_version is not None:
-            materialize_pending(self._meta, keys, pending)
+            materialize_pending(self._meta, keys, pending, recovering=False)
             try:
                 cleared = reserved.with_pending(None)
                 new_version = self._meta.put(

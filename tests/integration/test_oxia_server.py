@@ -53,3 +53,59 @@ def test_concurrent_writes_to_one_shard_all_succeed(llog_env):
 def test_the_built_oxia_is_the_pinned_patched_version():
     path = ensure_oxia()
     assert path.name in ("oxia-v0.14.4", "oxia-v0.14.0+llog.1")
+
+
+def test_many_clients_start_without_the_discovery_race(llog_env):
+    """oxia 0.2.1 can lose the first shard assignments to a race in its
+    constructor and then hang 30 s; _oxia_compat fixes it."""
+    import time
+
+    config = OxiaConfig.from_env(llog_env)
+    started = time.monotonic()
+    for _ in range(25):
+        store = OxiaMetadataStore(config)
+        store.put(f"{config.root_prefix}/probe", b"x", partition_key="probe")
+        store.close()
+    assert time.monotonic() - started < 20
+
+
+def test_a_long_lived_client_follows_two_leader_changes(tmp_path):
+    """The unpatched client stops applying shard assignments after the first
+    update, so after a second leader change it keeps writing to a dead leader.
+
+    Server 0 is the address clients discover through, so each round kills a
+    server other than 0 that leads the shard of some key, and writes that key.
+    """
+    import time
+
+    from server.devstack import LocalStack
+
+    with LocalStack(tmp_path / "cluster", oxia_mode="cluster", oxia_shards=6) as local:
+        env = local.settings.env(root_prefix="failover")
+        store = OxiaMetadataStore(OxiaConfig.from_env(env))
+        discovery = store._client._service_discovery
+        candidates = [f"k{i}" for i in range(64)]
+        try:
+            for pk in candidates:
+                store.put(f"failover/{pk}", b"0", partition_key=pk)
+            for round_ in range(2):
+                leaders = local.oxia_shard_leaders()
+                victims = {
+                    pk: local.oxia_cluster.server_index(leaders[discovery.get_shard(pk).shard])
+                    for pk in candidates
+                }
+                pk, victim = next((k, v) for k, v in victims.items() if v != 0)
+                local.kill_oxia_server(victim)
+                deadline = time.monotonic() + 20
+                while True:
+                    try:
+                        store.put(f"failover/{pk}", str(round_ + 1).encode(), partition_key=pk)
+                        break
+                    except Exception:
+                        if time.monotonic() > deadline:
+                            raise
+                        time.sleep(0.2)
+                assert store.get(f"failover/{pk}", pk).value == str(round_ + 1).encode()
+                local.restart_oxia_server(victim)
+        finally:
+            store.close()

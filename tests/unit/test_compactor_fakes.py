@@ -1,0 +1,318 @@
+"""compact_once over the in-memory fakes: the crash matrix, races, limits.
+
+A crash is an exception raised from the compactor's step hook right after a
+durable step; a *different* compactor then resumes. The same matrix runs with
+real processes against real Oxia + S3 in tests/integration/test_compactor.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from server._config import OxiaConfig, S3Config
+from server._errors import AppendFailed
+from server._metastore import InMemoryMetadataStore
+from server._objectstore import InMemoryObjectStore
+from server._records import CompactionCursor, ControlRecord, IndexEntry
+from server.leaderless_log_compactor import CompactionOutcome, LeaderlessLogCompactor
+from server.leaderless_log_reader import LeaderlessLogReader
+from server.leaderless_log_writer import LeaderlessLogWriter, SharedAppendGroup
+
+OXIA = OxiaConfig("fake:1", root_prefix="llog")
+S3 = S3Config("llog")
+STEPS = ["blob_written", "record_created", "end_key_rewritten", "lower_keys_deleted", "cursor_advanced", "record_deleted"]
+
+
+class Crash(Exception):
+    pass
+
+
+@pytest.fixture
+def stores():
+    return InMemoryMetadataStore(), InMemoryObjectStore()
+
+
+def make(stores, cls, **kw):
+    meta, objs = stores
+    return cls(OXIA, S3, metadata_store=meta, object_store=objs, **kw)
+
+
+def fill(stores, topic="orders", partition=0, batches=5, per=3):
+    with make(stores, LeaderlessLogWriter) as w:
+        w.initialize_partition(topic, partition)
+        for b in range(batches):
+            w.append_shared([SharedAppendGroup(topic, partition, [f"{b}.{i}".encode() for i in range(per)])])
+    return [f"{b}.{i}".encode() for b in range(batches) for i in range(per)]
+
+
+def index(meta, topic="orders", partition=0):
+    prefix = f"llog/{topic}/partitions/{partition}/index/"
+    out = []
+    for rec in meta.range_scan(prefix, prefix + "~", f"{topic}:{partition}"):
+        end = int(rec.key[len(prefix):])
+        e = IndexEntry.decode(rec.value)
+        out.append((end - e.msg_count + 1, end, e.type))
+    return out
+
+
+def check_invariants(meta, topic="orders", partition=0):
+    """Settled state: the index tiles [1, hw] exactly once, cursor <= counter,
+    no compaction in flight, COMPACTED entries only below the cursor."""
+    pk = f"{topic}:{partition}"
+    base = f"llog/{topic}/partitions/{partition}"
+    control = ControlRecord.decode(meta.get(f"{base}/meta/control", pk).value)
+    cursor = CompactionCursor.decode(meta.get(f"{base}/meta/compaction-cursor", pk).value).offset
+    assert meta.get(f"{base}/meta/compaction", pk) is None
+    assert 1 <= cursor <= control.sequence_counter
+    expected = 1
+    for start, end, kind in index(meta, topic, partition):
+        assert start == expected, f"gap or overlap at {start} (expected {expected})"
+        expected = end + 1
+        if kind == "COMPACTED":
+            assert end < cursor
+    assert expected == control.sequence_counter
+    return cursor
+
+
+def read_all(stores, topic="orders", partition=0):
+    with make(stores, LeaderlessLogReader) as r:
+        return [x.payload for x in r.iter_from(topic, partition, 1)]
+
+
+def test_compacts_contiguous_wal_run_into_one_object(stores):
+    want = fill(stores)
+    with make(stores, LeaderlessLogCompactor) as c:
+        res = c.compact_once("orders", 0)
+    assert res.outcome is CompactionOutcome.COMPACTED
+    assert (res.start_offset, res.end_offset, res.msg_count, res.source_entries) == (1, 15, 15, 5)
+    assert res.cursor == 16 and res.lag_offsets == 0
+    assert index(stores[0]) == [(1, 15, "COMPACTED")]
+    assert check_invariants(stores[0]) == 16
+    assert read_all(stores) == want
+    with make(stores, LeaderlessLogReader) as r:
+        assert [r.read_offset("orders", 0, o).payload for o in (1, 8, 15)] == [want[0], want[7], want[14]]
+    with make(stores, LeaderlessLogCompactor) as c:
+        assert c.compact_once("orders", 0).outcome is CompactionOutcome.NOTHING_TO_DO
+
+
+def test_one_get_per_source_blob_and_one_put(stores):
+    fill(stores, batches=4)
+    meta, objs = stores
+    before = dict(objs.calls)
+    with make(stores, LeaderlessLogCompactor) as c:
+        c.compact_once("orders", 0)
+    spent = {k: v - before.get(k, 0) for k, v in objs.calls.items() if v - before.get(k, 0)}
+    assert spent == {"range_get": 4, "put": 1}
+
+
+def test_max_offsets_limits_a_run_and_the_next_run_continues(stores):
+    want = fill(stores, batches=5, per=3)
+    with make(stores, LeaderlessLogCompactor) as c:
+        first = c.compact_once("orders", 0, max_offsets=7)  # two whole batches (6); a third would exceed 7
+        second = c.compact_once("orders", 0, max_offsets=7)
+        third = c.compact_once("orders", 0, max_offsets=7)
+    assert (first.start_offset, first.end_offset) == (1, 6)
+    assert (second.start_offset, second.end_offset) == (7, 12)
+    assert (third.start_offset, third.end_offset) == (13, 15)
+    assert index(stores[0]) == [(1, 6, "COMPACTED"), (7, 12, "COMPACTED"), (13, 15, "COMPACTED")]
+    assert read_all(stores) == want
+    check_invariants(stores[0])
+
+
+def test_first_entry_is_taken_even_if_larger_than_max_offsets(stores):
+    fill(stores, batches=2, per=10)
+    with make(stores, LeaderlessLogCompactor) as c:
+        res = c.compact_once("orders", 0, max_offsets=3)
+    assert (res.start_offset, res.end_offset) == (1, 10)
+
+
+def test_uninitialized_and_empty_partitions(stores):
+    from server._errors import PartitionNotInitialized
+
+    with make(stores, LeaderlessLogCompactor) as c:
+        with pytest.raises(PartitionNotInitialized):
+            c.compact_once("orders", 0)
+        with make(stores, LeaderlessLogWriter) as w:
+            w.initialize_partition("orders", 0)
+        assert c.compact_once("orders", 0).outcome is CompactionOutcome.NOTHING_TO_DO
+
+
+def test_recovers_a_crashed_writers_pending_append_first(stores):
+    meta, _ = stores
+    want = fill(stores, batches=2)
+    with make(stores, LeaderlessLogWriter) as w:
+        meta.fail_next("put", key_contains="/index/")
+        with pytest.raises(AppendFailed):
+            w.append_shared([SharedAppendGroup("orders", 0, [b"p1", b"p2"])])
+    with make(stores, LeaderlessLogCompactor) as c:
+        res = c.compact_once("orders", 0)
+    assert res.recovered_pending
+    assert (res.start_offset, res.end_offset) == (1, 8)
+    assert read_all(stores) == want + [b"p1", b"p2"]
+    check_invariants(meta)
+
+
+def test_selection_stops_at_a_pending_append_that_cannot_be_cleared(stores, monkeypatch):
+    """If the control record keeps a pending append (a writer is mid-commit),
+    compaction stops below it (the limit)."""
+    meta, _ = stores
+    fill(stores, batches=3)
+    c = make(stores, LeaderlessLogCompactor)
+    monkeypatch.setattr(c, "_recover_pending", lambda keys: (6, 9, False))
+    res = c.compact_once("orders", 0)
+    assert (res.start_offset, res.end_offset) == (1, 6)
+    c.close()
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_crash_matrix_resumed_by_another_compactor(stores, step):
+    meta, _ = stores
+    want = fill(stores, batches=4)
+    seen_during: list[list[bytes]] = []
+
+    def crash(name: str) -> None:
+        seen_during.append(read_all(stores))  # reads in this intermediate state
+        if name == step:
+            raise Crash(name)
+
+    with make(stores, LeaderlessLogCompactor, step_hook=crash) as first:
+        with pytest.raises(Crash):
+            first.compact_once("orders", 0)
+    assert read_all(stores) == want
+    with make(stores, LeaderlessLogCompactor) as second:
+        res = second.compact_once("orders", 0)
+        again = second.compact_once("orders", 0)
+    if step == "record_deleted":
+        assert res.outcome is CompactionOutcome.NOTHING_TO_DO  # the first run had finished
+    elif step == "blob_written":
+        assert res.outcome is CompactionOutcome.COMPACTED  # no record: a fresh run (the orphan waits for vacuum)
+    else:
+        assert res.outcome is CompactionOutcome.RESUMED
+    assert again.outcome is CompactionOutcome.NOTHING_TO_DO
+    assert all(s == want for s in seen_during)
+    assert read_all(stores) == want
+    assert index(meta) == [(1, 12, "COMPACTED")]
+    assert check_invariants(meta) == 13
+
+
+def test_race_loser_finds_the_range_taken_and_stops(stores):
+    meta, _ = stores
+    want = fill(stores, batches=3)
+    other = make(stores, LeaderlessLogCompactor)
+    outcomes = []
+
+    def interleave(name: str) -> None:
+        if name == "blob_written":  # while we built ours, the other compactor did the whole range
+            outcomes.append(other.compact_once("orders", 0).outcome)
+
+    with make(stores, LeaderlessLogCompactor, step_hook=interleave) as loser:
+        res = loser.compact_once("orders", 0)
+    other.close()
+    assert outcomes == [CompactionOutcome.COMPACTED]
+    assert res.outcome is CompactionOutcome.CONFLICT
+    assert index(meta) == [(1, 9, "COMPACTED")]
+    assert read_all(stores) == want
+    check_invariants(meta)
+
+
+def test_race_other_compactor_resumes_our_record_midway(stores):
+    meta, _ = stores
+    want = fill(stores, batches=3)
+    other = make(stores, LeaderlessLogCompactor)
+    outcomes = []
+
+    def interleave(name: str) -> None:
+        if name == "record_created":  # the other one sees our record and finishes it
+            outcomes.append(other.compact_once("orders", 0).outcome)
+
+    with make(stores, LeaderlessLogCompactor, step_hook=interleave) as first:
+        res = first.compact_once("orders", 0)
+    other.close()
+    assert outcomes == [CompactionOutcome.RESUMED]
+    assert res.outcome in (CompactionOutcome.CONFLICT, CompactionOutcome.ABANDONED)
+    assert index(meta) == [(1, 9, "COMPACTED")]
+    assert read_all(stores) == want
+    check_invariants(meta)
+
+
+def test_stale_record_beyond_a_finished_range_is_dropped(stores):
+    """A record whose range start no longer equals the cursor is stale: resuming
+    it must not create a second, overlapping COMPACTED entry."""
+    meta, _ = stores
+    fill(stores, batches=3)
+
+    def crash(name: str) -> None:
+        if name == "record_created":
+            raise Crash(name)
+
+    with make(stores, LeaderlessLogCompactor, step_hook=crash) as first:
+        with pytest.raises(Crash):
+            first.compact_once("orders", 0)
+    # Someone moves the cursor past the record's start (as a racing compactor would).
+    meta.put("llog/orders/partitions/0/meta/compaction-cursor", CompactionCursor(4).encode(), "orders:0")
+    with make(stores, LeaderlessLogCompactor) as second:
+        res = second.compact_once("orders", 0)
+    assert res.outcome is CompactionOutcome.ABANDONED
+    assert meta.get("llog/orders/partitions/0/meta/compaction", "orders:0") is None
+    assert [k for k in index(meta) if k[2] == "COMPACTED"] == []
+
+
+def test_deleting_old_refuses_when_end_key_is_not_its_entry(stores):
+    from server._errors import InconsistentReadState
+    from server._records import CompactionRecord
+
+    meta, _ = stores
+    fill(stores, batches=2)
+    rec = CompactionRecord("x", "DELETING_OLD", 1, 6, 6, "s3://llog/nowhere", "bytes-batch-v1", 1, 4)
+    meta.put("llog/orders/partitions/0/meta/compaction", rec.encode(), "orders:0")
+    with make(stores, LeaderlessLogCompactor) as c:
+        with pytest.raises(InconsistentReadState):
+            c.compact_once("orders", 0)
+    assert len(index(meta)) == 2  # nothing deleted
+
+
+def test_compaction_interleaved_with_appends(stores):
+    meta, _ = stores
+    want: list[bytes] = []
+    with make(stores, LeaderlessLogWriter) as w, make(stores, LeaderlessLogCompactor) as c:
+        w.initialize_partition("orders", 0)
+        for round_ in range(6):
+            for b in range(3):
+                batch = [f"{round_}.{b}.{i}".encode() for i in range(2)]
+                w.append_shared([SharedAppendGroup("orders", 0, batch)])
+                want.extend(batch)
+            c.compact_once("orders", 0, max_offsets=4)
+            assert read_all(stores) == want
+    check_invariants(meta)
+
+
+def test_compacted_range_stops_at_existing_compacted_entry_and_gap(stores):
+    meta, _ = stores
+    fill(stores, batches=2)
+    with make(stores, LeaderlessLogCompactor) as c:
+        c.compact_once("orders", 0)
+        with make(stores, LeaderlessLogWriter) as w:
+            w.append_shared([SharedAppendGroup("orders", 0, [b"x"])])
+        res = c.compact_once("orders", 0)
+    assert (res.start_offset, res.end_offset) == (7, 7)
+    assert index(meta) == [(1, 6, "COMPACTED"), (7, 7, "COMPACTED")]
+
+
+def test_late_materialization_by_a_recoverer_is_undone(stores):
+    """A recoverer that re-creates a pending's key after compaction passed it
+    deletes the key again (SPEC 7.2)."""
+    from server._keys import LogLayout
+    from server.leaderless_log_writer import materialize_pending
+
+    meta, _ = stores
+    fill(stores, batches=3)
+    with make(stores, LeaderlessLogWriter) as w:
+        meta.fail_next("put", key_contains="/index/")
+        with pytest.raises(AppendFailed):
+            w.append_shared([SharedAppendGroup("orders", 0, [b"late"])])
+    keys = LogLayout("llog").partition("orders", 0)
+    stale_pending = ControlRecord.decode(meta.get(keys.control, keys.partition_key).value).pending
+    with make(stores, LeaderlessLogCompactor) as c:
+        c.compact_once("orders", 0)  # recovers the pending and compacts through it
+    assert materialize_pending(meta, keys, stale_pending) is False
+    assert index(meta) == [(1, 10, "COMPACTED")]
