@@ -20,7 +20,7 @@ from .leaderless_log_metrics import LlogMetrics
 __all__ = ["ObjectInfo", "ObjectStore", "S3ObjectStore", "InMemoryObjectStore"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, order=True)
 class ObjectInfo:
     key: str
     size: int

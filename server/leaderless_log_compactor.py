@@ -204,9 +204,10 @@ class LeaderlessLogCompactor:
                                 recovered_pending=recovered, high_watermark=high_watermark)
         rec = self._meta.get(keys.compaction, keys.partition_key)
         if rec is not None:
-            self.metrics.inc("compactor_resumed_total")
             record = CompactionRecord.decode(rec.value)
             outcome = self._drive(keys, record, rec.version)
+            if outcome is CompactionOutcome.COMPACTED:
+                self.metrics.inc("compactor_resumed_total")
             result = replace(
                 base,
                 outcome=CompactionOutcome.RESUMED if outcome is CompactionOutcome.COMPACTED else outcome,

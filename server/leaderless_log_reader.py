@@ -42,7 +42,7 @@ from ._errors import (
 from ._keys import LogLayout, PartitionKeys, parse_s3_uri
 from ._metastore import MetadataStore, OxiaMetadataStore
 from ._objectstore import ObjectStore, S3ObjectStore
-from ._records import ENTRY_COMPACTED, ControlRecord, IndexEntry
+from ._records import ENTRY_COMPACTED, CompactionCursor, ControlRecord, IndexEntry
 from ._structs import ReadRecord
 from .leaderless_log_metrics import LlogMetrics
 
@@ -128,6 +128,12 @@ class LeaderlessLogReader:
     def high_watermark(self, topic: str, partition: int) -> int:
         """The last written offset (0 for an empty log)."""
         return self.control(topic, partition).high_watermark
+
+    def compaction_cursor(self, topic: str, partition: int) -> int:
+        """The first offset not yet compacted (1 when nothing is)."""
+        keys = self.layout.partition(topic, partition)
+        rec = self._meta.get(keys.compaction_cursor, keys.partition_key)
+        return 1 if rec is None else CompactionCursor.decode(rec.value).offset
 
     def _control(self, keys: PartitionKeys) -> ControlRecord:
         rec = self._meta.get(keys.control, keys.partition_key)

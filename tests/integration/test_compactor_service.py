@@ -1,0 +1,424 @@
+"""The compactor service as real processes against the real Oxia and S3.
+
+Services run as ``python -m server.leaderless_log_compactor_server`` (or, to
+make a run hang or slow down at a known point, through a small wrapper that
+patches ``compact_once`` in the child process only). Oxia sessions are 5 s
+(``llog_env``), so a SIGKILLed service's claims expire within seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from server._config import OxiaConfig
+from server._keys import LogLayout, TopicPartition
+from server._metastore import OxiaMetadataStore
+from server._records import CompactionCursor, CompactorClaim, ControlRecord, IndexEntry
+from server.leaderless_log_reader import LeaderlessLogReader
+from server.leaderless_log_writer import LeaderlessLogWriter, SharedAppendGroup
+
+pytestmark = pytest.mark.integration
+REPO = Path(__file__).resolve().parents[2]
+
+# Runs the service with compact_once patched in this child process only:
+# TEST_HANG_PARTITIONS blocks forever inside compact_once for those logs (the
+# claim stays held); TEST_COMPACT_DELAY_S sleeps before each real run;
+# TEST_MARK_FILE is created when a run starts.
+WRAPPER = textwrap.dedent("""
+    import os, sys, time
+    from server import leaderless_log_compactor as c
+    real = c.LeaderlessLogCompactor.compact_once
+    hang = set(filter(None, os.environ.get("TEST_HANG_PARTITIONS", "").split(",")))
+    delay = float(os.environ.get("TEST_COMPACT_DELAY_S", "0"))
+    mark = os.environ.get("TEST_MARK_FILE")
+
+    def patched(self, topic, partition, max_offsets=None):
+        if mark:
+            open(mark, "a").write(f"{topic}:{partition}\\n")
+        if f"{topic}:{partition}" in hang:
+            time.sleep(3600)
+        if delay:
+            time.sleep(delay)
+        return real(self, topic, partition, max_offsets)
+
+    c.LeaderlessLogCompactor.compact_once = patched
+    from server.leaderless_log_compactor_server import main
+    sys.exit(main(sys.argv[1:]))
+""")
+
+FAST = {
+    "LLOG_COMPACTOR_IDLE_SLEEP_MS": "50",
+    "LLOG_COMPACTOR_IDLE_JITTER_MS": "50",
+    "LLOG_COMPACTOR_ERROR_SLEEP_MS": "200",
+    "LLOG_COMPACTOR_ERROR_JITTER_MS": "100",
+    "LLOG_COMPACTOR_DISCOVERY_INTERVAL_MS": "0",
+    "LLOG_VACUUM_INTERVAL_MS": "0",
+    "LLOG_COMPACTOR_SHUTDOWN_TIMEOUT_MS": "10000",
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Service:
+    """One compactor service process with its HTTP port and log file."""
+
+    def __init__(self, env: dict[str, str], tmp: Path, name: str, *, wrapper: bool = False,
+                 extra_env: dict[str, str] | None = None, args: tuple[str, ...] = ()) -> None:
+        self.name = name
+        self.port = free_port()
+        self.log_path = tmp / f"{name}.log"
+        full_env = {**os.environ, **env, **FAST, "LLOG_COMPACTOR_ID": name, **(extra_env or {}),
+                    "PYTHONPATH": str(REPO)}
+        cmd = [sys.executable, "-c", WRAPPER] if wrapper else [sys.executable, "-m", "server.leaderless_log_compactor_server"]
+        self._log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen([*cmd, "--port", str(self.port), *args], env=full_env,
+                                     stdout=self._log, stderr=subprocess.STDOUT)
+
+    def get(self, path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=5) as resp:
+                return resp.status, resp.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+
+    def metrics(self) -> dict:
+        return json.loads(self.get("/metrics")[1])
+
+    def counter(self, name: str, label: str = "") -> float:
+        values = self.metrics()["counters"].get(name, {})
+        return sum(v for k, v in values.items() if label in k.split(",") or not label)
+
+    def wait_healthy(self, timeout: float = 30) -> dict:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"{self.name} exited with {self.proc.returncode}:\n{self.output()}")
+            try:
+                status, body = self.get("/health")
+                if status == 200:
+                    return json.loads(body)
+            except OSError:
+                pass
+            time.sleep(0.1)
+        raise AssertionError(f"{self.name} did not become healthy:\n{self.output()}")
+
+    def terminate(self, timeout: float = 30) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def output(self) -> str:
+        self._log.flush()
+        return self.log_path.read_text(errors="replace")[-6000:]
+
+    def close(self) -> None:
+        self.kill()
+        self._log.close()
+
+
+@pytest.fixture
+def services(llog_env, tmp_path):
+    started: list[Service] = []
+
+    def start(name: str, **kw) -> Service:
+        svc = Service(llog_env, tmp_path, name, **kw)
+        started.append(svc)
+        return svc
+
+    yield start
+    for svc in started:
+        svc.close()
+
+
+@pytest.fixture
+def meta(llog_env):
+    store = OxiaMetadataStore(OxiaConfig.from_env(llog_env))
+    yield store
+    store.close()
+
+
+@pytest.fixture
+def writer(llog_env):
+    with LeaderlessLogWriter.from_env(llog_env) as w:
+        yield w
+
+
+@pytest.fixture
+def reader(llog_env):
+    with LeaderlessLogReader.from_env(llog_env) as r:
+        yield r
+
+
+def layout(llog_env) -> LogLayout:
+    return LogLayout(llog_env["LLOG_ROOT_PREFIX"])
+
+
+def index_entries(meta, keys) -> list[tuple[int, int, str]]:
+    out = []
+    for rec in meta.range_scan(keys.index_prefix, keys.index_end, keys.partition_key):
+        end = keys.index_offset(rec.key)
+        entry = IndexEntry.decode(rec.value)
+        out.append((entry.start_offset(end), end, entry.type))
+    return out
+
+
+def assert_compacted_disjoint(entries) -> None:
+    compacted = [(s, e) for s, e, kind in entries if kind == "COMPACTED"]
+    for (s1, e1), (s2, e2) in zip(compacted, compacted[1:]):
+        assert s2 > e1, f"overlapping COMPACTED entries [{s1},{e1}] and [{s2},{e2}]"
+
+
+def cursor(meta, keys) -> int:
+    return CompactionCursor.decode(meta.get(keys.compaction_cursor, keys.partition_key).value).offset
+
+
+def high_watermark(meta, keys) -> int:
+    return ControlRecord.decode(meta.get(keys.control, keys.partition_key).value).high_watermark
+
+
+def wait_until(cond, timeout: float, what: str, interval: float = 0.1) -> float:
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        if cond():
+            return time.monotonic() - started
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def fully_compacted(meta, keys) -> bool:
+    return cursor(meta, keys) == high_watermark(meta, keys) + 1
+
+
+def claim_holder(meta, keys) -> str | None:
+    rec = meta.get(keys.compactor_claim, keys.partition_key)
+    return None if rec is None else CompactorClaim.decode(rec.value).compactor_id
+
+
+def fill(writer, tps, batches: int, per: int = 3) -> dict[TopicPartition, list[bytes]]:
+    written = {tp: [] for tp in tps}
+    for tp in tps:
+        writer.initialize_partition(tp.topic, tp.partition)
+    for b in range(batches):
+        groups = [SharedAppendGroup(tp.topic, tp.partition, [f"{tp}/{b}/{i}".encode() for i in range(per)]) for tp in tps]
+        writer.append_shared(groups)
+        for g in groups:
+            written[g.tp].extend(g.payloads)
+    return written
+
+
+# -- two services, one writer --------------------------------------------------------------------------
+
+
+def test_two_services_with_overlapping_targets_while_a_writer_appends(services, meta, writer, reader, llog_env):
+    tps = [TopicPartition("orders", p) for p in range(6)]
+    keys = {tp: layout(llog_env).keys(tp) for tp in tps}
+    for tp in tps:
+        writer.initialize_partition(tp.topic, tp.partition)
+    small_runs = {"LLOG_COMPACTOR_MAX_OFFSETS_PER_RUN": "40", "LLOG_COMPACTOR_IDLE_SLEEP_MS": "20",
+                  "LLOG_COMPACTOR_IDLE_JITTER_MS": "20"}
+    a = services("svc-a", extra_env=small_runs, args=("--targets", "orders:0,orders:1,orders:2,orders:3"))
+    b = services("svc-b", extra_env=small_runs, args=("--targets", "orders:2,orders:3,orders:4,orders:5"))
+    a.wait_healthy()
+    b.wait_healthy()
+
+    written = {tp: [] for tp in tps}
+    stop = threading.Event()
+    overlap_errors: list[str] = []
+
+    def append() -> None:
+        i = 0
+        while not stop.is_set():
+            groups = [SharedAppendGroup(tp.topic, tp.partition, [f"{tp}/{i}/{j}".encode() for j in range(5)])
+                      for tp in tps]
+            writer.append_shared(groups)
+            for g in groups:
+                written[g.tp].extend(g.payloads)
+            i += 1
+
+    def watch() -> None:  # COMPACTED entries only ever accumulate, so any scan must see them disjoint
+        while not stop.is_set():
+            for tp in tps:
+                try:
+                    assert_compacted_disjoint(index_entries(meta, keys[tp]))
+                except AssertionError as exc:
+                    overlap_errors.append(f"{tp}: {exc}")
+            time.sleep(0.05)
+
+    threads = [threading.Thread(target=append, name="appender"), threading.Thread(target=watch, name="watcher")]
+    for t in threads:
+        t.start()
+    try:
+        time.sleep(5)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(30)
+    assert not overlap_errors, overlap_errors[:3]
+
+    wait_until(lambda: all(fully_compacted(meta, keys[tp]) for tp in tps), 60, "both services to catch up")
+    total = sum(len(v) for v in written.values())
+    assert total >= 6 * 5 * 5, "the writer should have appended for a while"
+    for tp in tps:
+        entries = index_entries(meta, keys[tp])
+        assert all(kind == "COMPACTED" for _, _, kind in entries)
+        assert [s for s, _, _ in entries] == [1] + [e + 1 for _, e, _ in entries[:-1]], f"{tp} not tiled"
+        assert entries[-1][1] == len(written[tp])
+        assert meta.get(keys[tp].compaction, keys[tp].partition_key) is None
+        assert [r.payload for r in reader.iter_from(tp.topic, tp.partition, 1)] == written[tp]
+
+    ma, mb = a.metrics(), b.metrics()
+    compacted = [m["counters"]["compactor_compacted_offsets_total"][""] for m in (ma, mb)]
+    # Every offset was compacted exactly once, by one of the two.
+    assert sum(compacted) == total, (compacted, total)
+    assert all(c > 0 for c in compacted)
+    won = [m["counters"]["compactor_claims_total"].get("result=won", 0) for m in (ma, mb)]
+    lost = [m["counters"]["compactor_claims_total"].get("result=lost", 0) for m in (ma, mb)]
+    assert all(w > 0 for w in won), won
+    assert sum(lost) > 0, "orders:2 and orders:3 are contended: someone must have found them busy"
+    assert {k for k in ma["gauges"]["compactor_lag_offsets"]} == {f"partition={p},topic=orders" for p in range(4)}
+
+    assert a.terminate() == 0 and b.terminate() == 0
+    assert all(claim_holder(meta, keys[tp]) is None for tp in tps)
+
+
+# -- claims across processes ----------------------------------------------------------------------------
+
+
+def test_killed_service_frees_its_claim_after_the_session_timeout(services, meta, writer, reader, llog_env, tmp_path):
+    tp = TopicPartition("orders", 0)
+    keys = layout(llog_env).keys(tp)
+    written = fill(writer, [tp], batches=4)
+    a = services("svc-a", wrapper=True, args=("--targets", "orders:0"),
+                 extra_env={"TEST_HANG_PARTITIONS": "orders:0"})
+    wait_until(lambda: claim_holder(meta, keys) == "svc-a", 30, "svc-a to claim orders:0")
+
+    b = services("svc-b", args=("--targets", "orders:0"))
+    b.wait_healthy()
+    wait_until(lambda: b.counter("compactor_claims_total", "result=lost") >= 2, 15, "svc-b to find orders:0 busy")
+    assert b.counter("compactor_tasks_total", "outcome=busy") >= 2
+    assert cursor(meta, keys) == 1 and claim_holder(meta, keys) == "svc-a"
+
+    a.proc.send_signal(signal.SIGKILL)
+    a.proc.wait(10)
+    took = wait_until(lambda: fully_compacted(meta, keys), 30, "svc-b to take over orders:0")
+    session_timeout_s = int(llog_env["LLOG_OXIA_SESSION_TIMEOUT_MS"]) / 1000
+    assert took >= session_timeout_s / 2, f"the claim vanished after {took:.1f}s: before the session expired?"
+    assert b.counter("compactor_claims_total", "result=won") >= 1
+    assert b.counter("compactor_runs_total", "outcome=compacted") >= 1
+    assert [r.payload for r in reader.iter_from("orders", 0, 1)] == written[tp]
+    assert b.terminate() == 0
+    assert claim_holder(meta, keys) is None
+
+
+def test_sigterm_lets_the_run_in_flight_finish_and_releases_its_claim(services, meta, writer, reader, llog_env, tmp_path):
+    tp = TopicPartition("orders", 0)
+    keys = layout(llog_env).keys(tp)
+    written = fill(writer, [tp], batches=3)
+    mark = tmp_path / "started"
+    svc = services("svc-t", wrapper=True, args=("--targets", "orders:0"),
+                   extra_env={"TEST_COMPACT_DELAY_S": "2", "TEST_MARK_FILE": str(mark)})
+    wait_until(mark.exists, 30, "the first run to start")
+    assert claim_holder(meta, keys) == "svc-t"
+    t0 = time.monotonic()
+    assert svc.terminate() == 0, svc.output()
+    took = time.monotonic() - t0
+    # It waited for the run (about 2 s of delay), which finished and released the claim.
+    assert took >= 1.0, svc.output()
+    assert claim_holder(meta, keys) is None
+    assert fully_compacted(meta, keys)
+    assert [r.payload for r in reader.iter_from("orders", 0, 1)] == written[tp]
+    assert "stopped" in svc.output()
+
+
+# -- discovery, HTTP, vacuum, CLI ---------------------------------------------------------------------------
+
+
+def test_discovery_http_and_vacuum(services, meta, writer, reader, llog_env):
+    target, other = TopicPartition("orders", 0), TopicPartition("payments", 7)
+    written = fill(writer, [target, other], batches=3)
+    svc = services("svc-d", args=("--targets", "orders:0"), extra_env={
+        "LLOG_COMPACTOR_DISCOVERY_INTERVAL_MS": "300",
+        "LLOG_VACUUM_INTERVAL_MS": "500",
+        "LLOG_VACUUM_GRACE_MS": "2000",
+    })
+    health = svc.wait_healthy()
+    assert health["compactor_id"] == "svc-d" and health["port"] == svc.port and health["status"] == "ok"
+    lay = layout(llog_env)
+    wait_until(lambda: fully_compacted(meta, lay.keys(target)) and fully_compacted(meta, lay.keys(other)),
+               30, "both logs compacted")
+
+    doc = svc.metrics()
+    assert doc["counters"]["compactor_discovery_passes_total"]["outcome=ok"] >= 1
+    assert doc["gauges"]["compactor_partitions_known"][""] == 2
+    assert doc["service"]["partitions"]["payments:7"]["source"] == "discovered"
+    assert doc["counters"]["oxia_operations_total"]
+    assert doc["counters"]["s3_operations_total"]
+    status, text = svc.get("/metrics/prometheus")
+    assert status == 200
+    assert "llog_compactor_partitions_known 2" in text
+    assert 'llog_compactor_lag_offsets{partition="7",topic="payments"} 0' in text
+    assert svc.get("/nope")[0] == 404
+
+    # Vacuum runs in the service: once the blobs are older than the grace
+    # period and both logs are compacted, the shared WAL objects go.
+    wait_until(lambda: svc.counter("vacuum_objects_deleted_total", "kind=wal-shared") == 3, 30,
+               "vacuum to delete the three shared blobs")
+    assert svc.counter("vacuum_bytes_reclaimed_total") > 0
+    for tp in (target, other):
+        assert [r.payload for r in reader.iter_from(tp.topic, tp.partition, 1)] == written[tp]
+    assert svc.terminate() == 0
+
+
+def test_once_compacts_each_log_and_exits(llog_env, writer, meta, reader):
+    tps = [TopicPartition("orders", 0), TopicPartition("orders", 1)]
+    written = fill(writer, tps, batches=2)
+    env = {**os.environ, **llog_env, **FAST, "PYTHONPATH": str(REPO), "LLOG_COMPACTOR_DISCOVERY_INTERVAL_MS": "1000"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "server.leaderless_log_compactor_server", "--once", "--targets", "orders:0"],
+        env=env, capture_output=True, text=True, timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"partitions": 2, "outcomes": {"compacted": 2}}
+    for tp in tps:
+        assert fully_compacted(meta, layout(llog_env).keys(tp))
+        assert [r.payload for r in reader.iter_from(tp.topic, tp.partition, 1)] == written[tp]
+
+
+def test_help():
+    proc = subprocess.run(
+        [sys.executable, "-m", "server.leaderless_log_compactor_server", "--help"],
+        env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=30,
+    )
+    assert proc.returncode == 0
+    assert "--targets" in proc.stdout and "SIGTERM" in proc.stdout
+
+
+def test_bad_configuration_exits_2(llog_env):
+    proc = subprocess.run(
+        [sys.executable, "-m", "server.leaderless_log_compactor_server", "--workers", "0"],
+        env={**os.environ, **llog_env, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=30,
+    )
+    assert proc.returncode == 2
+    assert "LLOG_COMPACTOR_WORKERS" in proc.stderr
