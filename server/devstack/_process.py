@@ -8,9 +8,9 @@ parent, which then stops them in order (SIGTERM, then SIGKILL).
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -38,7 +38,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-_PR_SET_PDEATHSIG = 1
 _LOG_TAIL_LINES = 40
 
 
@@ -101,17 +100,23 @@ def http_ok(url: str, timeout_s: float = 1.0) -> bool:
         return False
 
 
-def _die_with_parent() -> None:
-    """preexec hook: have Linux SIGTERM the child when its parent dies.
+def _die_with_parent_argv(argv: list[str]) -> list[str]:
+    """Prefix ``argv`` so Linux SIGTERMs the child when its parent dies.
 
-    Without it a pytest run killed with SIGKILL leaves servers behind. Note
-    that Linux ties this to the *thread* that forked the child.
+    Without it a pytest run killed with SIGKILL leaves servers behind. It is
+    done with util-linux's ``setpriv --pdeathsig`` rather than a
+    ``preexec_fn``: a preexec_fn makes subprocess fork the whole Python
+    process, and once grpc (the Oxia client) has threads running, grpc's fork
+    handlers abort that child before it can exec (seen as a server "exiting
+    with status -6"). Without a preexec_fn subprocess uses vfork/exec, which
+    runs no fork handlers. Linux ties the signal to the *thread* that started
+    the child. Where setpriv is missing the child simply outlives a killed
+    parent.
     """
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-    except (OSError, AttributeError):
-        pass
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        return argv
+    return [setpriv, "--pdeathsig", "TERM", "--", *argv]
 
 
 class ManagedProcess:
@@ -157,14 +162,13 @@ class ManagedProcess:
             log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} start: {' '.join(self.argv)}\n".encode())
             log.flush()
             self._proc = subprocess.Popen(
-                self.argv,
+                _die_with_parent_argv(self.argv) if self._die_with_parent else self.argv,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=env,
                 cwd=self._cwd,
                 start_new_session=True,
-                preexec_fn=_die_with_parent if self._die_with_parent else None,
             )
         logger.info("started %s (pid %s), log %s", self.name, self._proc.pid, self.log_path)
 
