@@ -43,8 +43,8 @@ from ._codec import BATCH_ENCODING, encode_batch
 from ._config import OxiaConfig, S3Config, env_int
 from ._errors import InconsistentReadState, InvalidRequest, PartitionNotInitialized, VersionConflict
 from ._keys import LogLayout, PartitionKeys
-from ._metastore import EXPECT_ABSENT, MetadataStore, OxiaMetadataStore, Record
-from ._objectstore import ObjectStore, S3ObjectStore
+from ._metastore import EXPECT_ABSENT, MetadataStore, Record
+from ._objectstore import ObjectStore
 from ._records import (
     ENTRY_COMPACTED,
     ENTRY_WAL,
@@ -53,6 +53,7 @@ from ._records import (
     ControlRecord,
     IndexEntry,
 )
+from ._stores import StoreClient
 from .leaderless_log_metrics import LlogMetrics
 from .leaderless_log_reader import LeaderlessLogReader, ResolvedBatch
 from .leaderless_log_writer import materialize_pending
@@ -119,7 +120,7 @@ class CompactionResult:
 StepHook = Callable[[str], None]
 
 
-class LeaderlessLogCompactor:
+class LeaderlessLogCompactor(StoreClient):
     """Compacts one partition per ``compact_once`` call. Thread-safe."""
 
     def __init__(
@@ -144,20 +145,11 @@ class LeaderlessLogCompactor:
         self.max_bytes_per_run = max_bytes_per_run
         self.max_reference_age_ms = max_reference_age_ms
         self._hook = step_hook
-        self._owns_meta = metadata_store is None
-        self._owns_objects = object_store is None
-        self._meta = metadata_store or OxiaMetadataStore(oxia_config, self.metrics)
-        try:
-            self._objects = object_store or S3ObjectStore(s3_config, self.metrics)
-        except Exception:
-            if self._owns_meta:
-                self._meta.close()
-            raise
+        self._open_stores(oxia_config, s3_config, self.metrics, metadata_store, object_store)
         self._reader = LeaderlessLogReader(
             oxia_config, s3_config, metrics=self.metrics,
             metadata_store=self._meta, object_store=self._objects,
         )
-        self._closed = False
 
     @classmethod
     def from_env(
@@ -174,21 +166,8 @@ class LeaderlessLogCompactor:
         kwargs.setdefault("max_bytes_per_run", env_int(env, "LLOG_COMPACTOR_MAX_BYTES_PER_RUN", DEFAULT_MAX_BYTES))
         return cls(OxiaConfig.from_env(env), S3Config.from_env(env), metrics=metrics, **kwargs)
 
-    def __enter__(self) -> LeaderlessLogCompactor:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
+    def _close_resources(self) -> None:
         self._reader.close()
-        if self._owns_objects:
-            self._objects.close()
-        if self._owns_meta:
-            self._meta.close()
 
     # -- the run -----------------------------------------------------------------
     def compact_once(self, topic: str, partition: int, max_offsets: int | None = None) -> CompactionResult:

@@ -23,7 +23,6 @@ watermark seen when it started.
 
 from __future__ import annotations
 
-import threading
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -40,9 +39,10 @@ from ._errors import (
     PartitionNotInitialized,
 )
 from ._keys import LogLayout, PartitionKeys, parse_s3_uri
-from ._metastore import MetadataStore, OxiaMetadataStore
-from ._objectstore import ObjectStore, S3ObjectStore
+from ._metastore import MetadataStore
+from ._objectstore import ObjectStore
 from ._records import ENTRY_COMPACTED, CompactionCursor, ControlRecord, IndexEntry
+from ._stores import StoreClient
 from ._structs import ReadRecord
 from .leaderless_log_metrics import LlogMetrics
 
@@ -66,7 +66,7 @@ class ResolvedBatch:
         return self.start_offset <= offset <= self.end_offset
 
 
-class LeaderlessLogReader:
+class LeaderlessLogReader(StoreClient):
     """Reads records by offset. Thread-safe; a context manager."""
 
     def __init__(
@@ -81,19 +81,9 @@ class LeaderlessLogReader:
     ) -> None:
         self.layout = LogLayout(oxia_config.root_prefix)
         self.metrics = metrics or LlogMetrics()
-        self._owns_meta = metadata_store is None
-        self._owns_objects = object_store is None
-        self._meta = metadata_store or OxiaMetadataStore(oxia_config, self.metrics)
-        try:
-            self._objects = object_store or S3ObjectStore(s3_config or S3Config(bucket=None), self.metrics)
-        except Exception:
-            if self._owns_meta:
-                self._meta.close()
-            raise
+        self._open_stores(oxia_config, s3_config or S3Config(bucket=None), self.metrics, metadata_store, object_store)
         self._read_ahead = max(1, read_ahead)
         self._pool = ThreadPoolExecutor(self._read_ahead, thread_name_prefix="llog-read")
-        self._closed = False
-        self._lock = threading.Lock()
 
     @classmethod
     def from_env(
@@ -103,22 +93,8 @@ class LeaderlessLogReader:
         ``LLOG_S3_*`` (no bucket needed: index entries carry full URIs)."""
         return cls(OxiaConfig.from_env(env), S3Config.from_env(env), metrics=metrics, **kwargs)
 
-    def __enter__(self) -> LeaderlessLogReader:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
+    def _close_resources(self) -> None:
         self._pool.shutdown(wait=True)
-        if self._owns_objects:
-            self._objects.close()
-        if self._owns_meta:
-            self._meta.close()
 
     # -- metadata --------------------------------------------------------------
     def control(self, topic: str, partition: int) -> ControlRecord:

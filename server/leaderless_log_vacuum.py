@@ -60,8 +60,8 @@ from ._errors import (
     VersionConflict,
 )
 from ._keys import LogLayout, PartitionKeys, TopicPartition
-from ._metastore import MetadataStore, OxiaMetadataStore
-from ._objectstore import ObjectInfo, ObjectStore, S3ObjectStore
+from ._metastore import MetadataStore
+from ._objectstore import ObjectInfo, ObjectStore
 from ._records import (
     ENTRY_WAL,
     CompactionCursor,
@@ -69,6 +69,7 @@ from ._records import (
     ControlRecord,
     IndexEntry,
 )
+from ._stores import StoreClient
 from .leaderless_log_metrics import LlogMetrics
 
 __all__ = [
@@ -208,7 +209,7 @@ class _Pass:
         self.kept[reason] = self.kept.get(reason, 0) + 1
 
 
-class Vacuum:
+class Vacuum(StoreClient):
     """Deletes unreferenced objects of one root (SPEC 7.9). A context manager.
 
     ``run_once`` is safe to run from several processes at once (every delete
@@ -241,20 +242,11 @@ class Vacuum:
         self.delete_redundant_entries = delete_redundant_entries
         self.metrics = metrics or LlogMetrics()
         self._now_ms = now_ms
-        self._owns_meta = metadata_store is None
-        self._owns_objects = object_store is None
-        self._meta = metadata_store or OxiaMetadataStore(oxia_config, self.metrics)
-        try:
-            self._objects = object_store or S3ObjectStore(s3_config, self.metrics)
-        except Exception:
-            if self._owns_meta:
-                self._meta.close()
-            raise
+        self._open_stores(oxia_config, s3_config, self.metrics, metadata_store, object_store)
         # Objects are immutable, so a shared object's header never changes:
         # remember which logs each one names instead of re-reading it every pass.
         self._headers: dict[str, tuple[TopicPartition, ...]] = {}
         self._run_lock = threading.Lock()
-        self._closed = False
 
     @classmethod
     def from_env(
@@ -265,21 +257,6 @@ class Vacuum:
         kwargs.setdefault("grace_ms", config.grace_ms)
         kwargs.setdefault("delete_redundant_entries", config.delete_redundant_entries)
         return cls(OxiaConfig.from_env(env), S3Config.from_env(env), metrics=metrics, **kwargs)
-
-    def __enter__(self) -> Vacuum:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        if self._owns_objects:
-            self._objects.close()
-        if self._owns_meta:
-            self._meta.close()
 
     # -- the pass --------------------------------------------------------------
     def run_once(self, dry_run: bool = False) -> VacuumReport:

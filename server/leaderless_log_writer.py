@@ -46,8 +46,8 @@ from ._errors import (
     VersionConflict,
 )
 from ._keys import LogLayout, PartitionKeys, TopicPartition
-from ._metastore import EXPECT_ABSENT, MetadataStore, OxiaMetadataStore
-from ._objectstore import ObjectStore, S3ObjectStore
+from ._metastore import EXPECT_ABSENT, MetadataStore
+from ._objectstore import ObjectStore
 from ._records import (
     ENTRY_WAL,
     LOG_STATE_FENCED,
@@ -58,6 +58,7 @@ from ._records import (
     PendingAppend,
 )
 from ._retry import Backoff
+from ._stores import StoreClient
 from ._structs import AppendResult, SharedAppendGroup
 from .leaderless_log_metrics import LlogMetrics
 
@@ -111,7 +112,7 @@ def materialize_pending(
     return True
 
 
-class LeaderlessLogWriter:
+class LeaderlessLogWriter(StoreClient):
     """Appends batches to topic-partitions: bytes to S3, order and index to Oxia.
 
     Thread-safe. Use as a context manager or call :meth:`close`.
@@ -135,20 +136,11 @@ class LeaderlessLogWriter:
         self.metrics = metrics or LlogMetrics()
         self.max_reference_age_ms = max_reference_age_ms
         """SPEC 7.0 ``D``: a blob older than this is never referenced (vacuum may take it)."""
-        self._owns_meta = metadata_store is None
-        self._owns_objects = object_store is None
-        self._meta = metadata_store or OxiaMetadataStore(oxia_config, self.metrics)
-        try:
-            self._objects = object_store or S3ObjectStore(s3_config, self.metrics)
-        except Exception:
-            if self._owns_meta:
-                self._meta.close()
-            raise
+        self._open_stores(oxia_config, s3_config, self.metrics, metadata_store, object_store)
         self._pool = ThreadPoolExecutor(commit_parallelism, thread_name_prefix="llog-commit")
         self._cache_lock = threading.Lock()
         self._control_cache: dict[TopicPartition, tuple[ControlRecord, int]] = {}
         self._tp_locks: dict[TopicPartition, threading.Lock] = defaultdict(threading.Lock)
-        self._closed = False
 
     @classmethod
     def from_env(
@@ -157,22 +149,8 @@ class LeaderlessLogWriter:
         """Build from ``LLOG_OXIA_*``, ``LLOG_ROOT_PREFIX`` and ``LLOG_S3_*``."""
         return cls(OxiaConfig.from_env(env), S3Config.from_env(env), metrics=metrics, **kwargs)
 
-    # -- lifecycle -----------------------------------------------------------
-    def __enter__(self) -> LeaderlessLogWriter:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
+    def _close_resources(self) -> None:
         self._pool.shutdown(wait=True)
-        if self._owns_objects:
-            self._objects.close()
-        if self._owns_meta:
-            self._meta.close()
 
     # -- partition management ------------------------------------------------
     def initialize_partition(self, topic: str, partition: int) -> bool:
