@@ -128,9 +128,10 @@ class OxiaMetadataStore:
     def get(self, key: str, partition_key: str) -> Record | None:
         try:
             with self._metrics.oxia_op("get"):
-                k, value, version = self._client.get(key, partition_key=partition_key)
-        except self._oxia.ex.KeyNotFound:
-            return None
+                try:
+                    k, value, version = self._client.get(key, partition_key=partition_key)
+                except self._oxia.ex.KeyNotFound:  # an answer, not an error
+                    return None
         except Exception as exc:
             raise self._fail("get", key, exc) from exc
         return Record(k, value, version.version_id())
@@ -138,13 +139,14 @@ class OxiaMetadataStore:
     def ceiling(self, key: str, partition_key: str) -> Record | None:
         try:
             with self._metrics.oxia_op("get_ceiling"):
-                k, value, version = self._client.get(
-                    key,
-                    partition_key=partition_key,
-                    comparison_type=self._oxia.ComparisonType.CEILING,
-                )
-        except self._oxia.ex.KeyNotFound:
-            return None
+                try:
+                    k, value, version = self._client.get(
+                        key,
+                        partition_key=partition_key,
+                        comparison_type=self._oxia.ComparisonType.CEILING,
+                    )
+                except self._oxia.ex.KeyNotFound:  # an answer, not an error
+                    return None
         except Exception as exc:
             raise self._fail("ceiling get", key, exc) from exc
         return Record(k, value, version.version_id())

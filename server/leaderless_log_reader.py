@@ -279,10 +279,13 @@ class LeaderlessLogReader(StoreClient):
         self._check_offset(keys, control, offset)
         return self._scan(keys, control, offset, last)
 
-    def scan_batches(self, topic: str, partition: int, start: int, end: int) -> Iterator[ResolvedBatch]:
-        """The batches covering ``[start, end]`` in order (metadata only)."""
+    def scan_batches(
+        self, topic: str, partition: int, start: int, end: int, *, control: ControlRecord | None = None
+    ) -> Iterator[ResolvedBatch]:
+        """The batches covering ``[start, end]`` in order (metadata only).
+        Pass ``control`` when the caller has just read it, to save a get."""
         keys = self.layout.partition(topic, partition)
-        control = self._control(keys)
+        control = control or self._control(keys)
         self._check_offset(keys, control, start)
         return self._batches(keys, control, start, min(end, control.high_watermark))
 

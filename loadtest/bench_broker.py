@@ -1,0 +1,491 @@
+"""Benchmark the HTTP broker end to end (prints figures).
+
+Starts a role-both broker process (and later a read-role one) against a real
+Oxia + S3 stack and measures, with 1 KiB records on 64 partitions:
+
+1. produce at saturation: concurrent HTTP clients, MB/s and latency p50/p99;
+2. produce below saturation (a fixed request rate, half the saturated one by
+   default): latency p50/p99;
+3. end-to-end latency: a paced producer and long-polling consumers (tail
+   cache, min_bytes=1); from the produce request's send and from its
+   acknowledgement to the record's arrival at the consumer;
+4. consume throughput at the hot tail: the same broker serves the newest
+   records from its tail cache;
+5. consume throughput catching up from S3: a fresh read-role broker (no
+   cache) reads what phase 1 wrote.
+
+Uses the stack named by LLOG_* in the environment, or starts a private local
+stack (Oxia + MinIO) in a temporary directory when LLOG_OXIA_SERVICE_ADDRESS
+is not set. Figures only; nothing here asserts a speed.
+
+    python -m loadtest.bench_broker --seconds 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import multiprocessing
+import os
+import queue
+import random
+import signal
+import string
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any, Callable
+
+REPO = Path(__file__).resolve().parent.parent
+MIB = 1024 * 1024
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m loadtest.bench_broker", description=__doc__.split("\n\n")[0])
+    p.add_argument("--partitions", type=int, default=64, help="partitions (default 64)")
+    p.add_argument("--record-bytes", type=int, default=1024, help="bytes per record (default 1024)")
+    p.add_argument("--records-per-request", type=int, default=512, help="records per produce request (default 512)")
+    p.add_argument("--partitions-per-request", type=int, default=8, help="partitions per produce request (default 8)")
+    p.add_argument("--clients", type=int, default=24, help="concurrent produce clients (default 24)")
+    p.add_argument("--seconds", type=float, default=8.0, help="saturated produce phase length (default 8)")
+    p.add_argument("--paced-seconds", type=float, default=5.0, help="below-saturation phase length (default 5)")
+    p.add_argument("--paced-fraction", type=float, default=0.5, help="paced rate as a fraction of saturation (default 0.5)")
+    p.add_argument("--e2e-seconds", type=float, default=4.0, help="end-to-end phase length (default 4)")
+    p.add_argument("--e2e-requests-per-s", type=float, default=50.0, help="paced produce requests/s in the end-to-end phase")
+    p.add_argument("--consume-seconds", type=float, default=4.0, help="most time per consume phase (default 4)")
+    p.add_argument("--batch-max-delay-ms", type=int, default=500, help="LLOG_BATCH_MAX_DELAY_MS (default 500)")
+    p.add_argument("--batch-max-bytes", type=int, default=8 * MIB, help="LLOG_BATCH_MAX_BYTES (default 8 MiB)")
+    p.add_argument("--json", type=Path, help="also write the figures to this JSON file")
+    return p.parse_args(argv)
+
+
+def pct(samples: list[float], q: float) -> float:
+    if not samples:
+        return 0.0
+    s = sorted(samples)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+def ms(x: float) -> float:
+    return round(x * 1000, 1)
+
+
+# -- stack and brokers -----------------------------------------------------------------
+
+
+def stack_env(stack: ExitStack) -> dict[str, str]:
+    if os.environ.get("LLOG_OXIA_SERVICE_ADDRESS"):
+        env = {k: v for k, v in os.environ.items() if k.startswith(("LLOG_", "AWS_"))}
+        env["LLOG_ROOT_PREFIX"] = f"bench-{uuid.uuid4().hex[:8]}"
+        return env
+    from server.devstack import LocalStack
+
+    print("[bench] no LLOG_OXIA_SERVICE_ADDRESS: starting a private local stack ...", flush=True)
+    data = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="llog-bench-")))
+    local = stack.enter_context(LocalStack(data))
+    return local.settings.env(root_prefix=f"bench-{uuid.uuid4().hex[:8]}")
+
+
+class Broker:
+    def __init__(self, env: dict[str, str], role: str, log_path: Path) -> None:
+        self._log = open(log_path, "wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "server.leaderless_log_broker", "--port", "0", "--role", role, "--log-level", "WARNING"],
+            env={**os.environ, **env, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE, stderr=self._log,
+        )
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"broker did not start; see {log_path}")
+        self.port = json.loads(line)["port"]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(30)
+        self._log.close()
+
+
+class Client:
+    def __init__(self, port: int) -> None:
+        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+
+    def post(self, path: str, body: bytes) -> tuple[int, bytes]:
+        self.conn.request("POST", path, body=body, headers={"Content-Type": "application/json"})
+        resp = self.conn.getresponse()
+        return resp.status, resp.read()
+
+    def get_json(self, path: str) -> Any:
+        self.conn.request("GET", path)
+        return json.loads(self.conn.getresponse().read())
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def counter(metrics: dict, name: str, **labels: object) -> float:
+    want = {f"{k}={v}" for k, v in labels.items()}
+    return sum(v for lbl, v in metrics["counters"].get(name, {}).items() if want <= set(filter(None, lbl.split(","))))
+
+
+# -- produce -----------------------------------------------------------------------------
+
+
+def make_bodies(args: argparse.Namespace, topic: str, n: int) -> list[tuple[bytes, int]]:
+    """Pre-encoded produce bodies (the client must not be the bottleneck)."""
+    rnd = random.Random(7)
+    record = "".join(rnd.choice(string.ascii_letters) for _ in range(args.record_bytes))
+    per_tp = max(1, args.records_per_request // args.partitions_per_request)
+    bodies = []
+    for i in range(n):
+        first = (i * args.partitions_per_request) % args.partitions
+        tps = [{"topic": topic, "partition": (first + k) % args.partitions, "records": [record] * per_tp}
+               for k in range(args.partitions_per_request)]
+        bodies.append((json.dumps({"topic_partitions": tps}).encode(), per_tp * args.partitions_per_request))
+    return bodies
+
+
+def produce_phase(
+    port: int, bodies: list[tuple[bytes, int]], clients: int, seconds: float, rate_per_s: float | None, record_bytes: int
+) -> dict[str, float]:
+    """``clients`` threads send bodies for ``seconds``; paced at ``rate_per_s``
+    requests per second in total when given (open loop per client)."""
+    lat: list[float] = []
+    records = 0
+    errors = 0
+    lock = threading.Lock()
+    deadline = time.monotonic() + seconds
+
+    def worker(i: int) -> None:
+        nonlocal records, errors
+        c = Client(port)
+        k = i
+        interval = clients / rate_per_s if rate_per_s else 0.0
+        next_at = time.monotonic() + random.random() * interval
+        mine: list[float] = []
+        n = 0
+        bad = 0
+        while time.monotonic() < deadline:
+            if interval:
+                delay = next_at - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+                next_at += interval
+            body, count = bodies[k % len(bodies)]
+            k += clients
+            t0 = time.monotonic()
+            status, _ = c.post("/produce", body)
+            if status == 200:
+                mine.append(time.monotonic() - t0)
+                n += count
+            else:
+                bad += 1
+                time.sleep(0.01)
+        c.close()
+        with lock:
+            lat.extend(mine)
+            records += n
+            errors += bad
+
+    started = time.monotonic()
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.monotonic() - started
+    return {
+        "records": records,
+        "seconds": round(elapsed, 2),
+        "requests": len(lat),
+        "requests_per_s": round(len(lat) / elapsed, 1),
+        "mb_per_s": round(records * record_bytes / elapsed / 1e6, 2),
+        "latency_p50_ms": ms(pct(lat, 0.5)),
+        "latency_p99_ms": ms(pct(lat, 0.99)),
+        "latency_max_ms": ms(max(lat, default=0.0)),
+        "non_200": errors,
+    }
+
+
+# -- end to end -----------------------------------------------------------------------------
+
+
+def _consume_loop(port: int, topic: str, offsets: dict[int, int], stop: Any, out: Any) -> None:
+    """A long-polling consumer (own process): record id -> arrival time."""
+    arrived: dict[str, float] = {}
+    c = Client(port)
+    while not stop.is_set():
+        req = {"topic_partitions": [{"topic": topic, "partition": p, "fetch_offset": o} for p, o in offsets.items()],
+               "max_wait_ms": 500, "min_bytes": 1}
+        _, body = c.post("/consume", json.dumps(req).encode())
+        now = time.monotonic()
+        for r in json.loads(body)["results"]:
+            offsets[r["partition"]] = r["next_fetch_offset"]
+            for rec in r["records"]:
+                arrived[rec["value"][:36]] = now
+    c.close()
+    out.put(arrived)
+
+
+def e2e_phase(args: argparse.Namespace, port: int, topic: str) -> dict[str, float]:
+    """Paced produce requests of one record per partition group; long-polling
+    consumers (one per 16 partitions) timestamp each record's arrival."""
+    sent: dict[str, tuple[float, float]] = {}  # record id -> (send, ack)
+    arrived: dict[str, float] = {}
+    lock = threading.Lock()
+    pad = "x" * max(0, args.record_bytes - 40)
+    groups = [list(range(g, min(g + 16, args.partitions))) for g in range(0, args.partitions, 16)]
+
+    # Start every consumer at the current end of its partitions.
+    c0 = Client(port)
+    starts: dict[int, int] = {}
+    for ps in groups:
+        req = {"topic_partitions": [{"topic": topic, "partition": p, "fetch_offset": 1} for p in ps],
+               "max_wait_ms": 0, "max_bytes": 1}
+        for r in json.loads(c0.post("/consume", json.dumps(req).encode())[1])["results"]:
+            starts[r["partition"]] = (r["high_watermark"] or 0) + 1
+    c0.close()
+
+    # Consumers run in their own process, so their arrival times are not
+    # delayed by this process's producer threads (CLOCK_MONOTONIC is shared).
+    ctx = multiprocessing.get_context("spawn")
+    stop_evt = ctx.Event()
+    results = ctx.Queue()
+    consumers = [
+        ctx.Process(target=_consume_loop, args=(port, topic, {p: starts[p] for p in ps}, stop_evt, results))
+        for ps in groups
+    ]
+    for proc in consumers:
+        proc.start()
+    time.sleep(1.0)  # let them start and park in their first long-poll
+    # Open loop: requests go out at a fixed rate from a pool of connections,
+    # whatever their latency (a closed loop would wait out each batch delay).
+    jobs: queue.Queue = queue.Queue()
+
+    def sender() -> None:
+        c = Client(port)
+        while True:
+            job = jobs.get()
+            if job is None:
+                break
+            ids, body = job
+            t0 = time.monotonic()
+            status, _ = c.post("/produce", body)
+            t1 = time.monotonic()
+            if status == 200:
+                with lock:
+                    for rid in ids:
+                        sent[rid] = (t0, t1)
+        c.close()
+
+    senders = [threading.Thread(target=sender) for _ in range(64)]
+    for t in senders:
+        t.start()
+    deadline = time.monotonic() + args.e2e_seconds
+    interval = 1.0 / args.e2e_requests_per_s
+    next_at = time.monotonic()
+    i = 0
+    while time.monotonic() < deadline:
+        delay = next_at - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        next_at += interval
+        ids = [uuid.uuid4().hex[:36].ljust(36, "0") for _ in range(4)]
+        tps = [{"topic": topic, "partition": (i * 4 + k) % args.partitions, "records": [ids[k] + pad]} for k in range(4)]
+        i += 1
+        jobs.put((ids, json.dumps({"topic_partitions": tps}).encode()))
+    for _ in senders:
+        jobs.put(None)
+    for t in senders:
+        t.join()
+    time.sleep(1.0)
+    stop_evt.set()
+    for _ in consumers:
+        arrived.update(results.get(timeout=30))
+    for proc in consumers:
+        proc.join(10)
+    from_send = [arrived[k] - s for k, (s, _) in sent.items() if k in arrived]
+    from_ack = [arrived[k] - a for k, (_, a) in sent.items() if k in arrived]
+    return {
+        "records_sent": len(sent),
+        "records_received": sum(1 for k in sent if k in arrived),
+        "send_to_consumer_p50_ms": ms(pct(from_send, 0.5)),
+        "send_to_consumer_p99_ms": ms(pct(from_send, 0.99)),
+        "ack_to_consumer_p50_ms": ms(pct(from_ack, 0.5)),
+        "ack_to_consumer_p99_ms": ms(pct(from_ack, 0.99)),
+        "consumer_before_ack_fraction": round(sum(1 for x in from_ack if x < 0) / max(1, len(from_ack)), 3),
+    }
+
+
+# -- consume throughput -------------------------------------------------------------------------
+
+
+def consume_phase(
+    port: int, topic: str, ranges: dict[int, tuple[int, int]], seconds: float, consumers: int = 4,
+    max_bytes: int = 8 * MIB,
+) -> dict[str, float]:
+    """Read ``ranges`` (partition -> [first, last]) with ``consumers`` threads,
+    for at most ``seconds``."""
+    deadline = time.monotonic() + seconds
+    parts = sorted(ranges)
+    size = -(-len(parts) // consumers)  # contiguous ranges, as consumer groups assign them
+    shares = [parts[i:i + size] for i in range(0, len(parts), size)]
+    total_records = 0
+    total_bytes = 0
+    lock = threading.Lock()
+
+    def worker(ps: list[int]) -> None:
+        nonlocal total_records, total_bytes
+        c = Client(port)
+        offsets = {p: ranges[p][0] for p in ps}
+        n = b = 0
+        while time.monotonic() < deadline:
+            live = [p for p in ps if offsets[p] <= ranges[p][1]]
+            if not live:
+                break
+            req = {"topic_partitions": [{"topic": topic, "partition": p, "fetch_offset": offsets[p]} for p in live],
+                   "max_wait_ms": 0, "max_bytes": max_bytes}
+            status, body = c.post("/consume", json.dumps(req).encode())
+            assert status == 200, body[:200]
+            doc = json.loads(body)
+            for r in doc["results"]:
+                assert r["ok"], r
+                offsets[r["partition"]] = r["next_fetch_offset"]
+            n += doc["record_count"]
+            b += doc["payload_bytes"]
+        c.close()
+        with lock:
+            total_records += n
+            total_bytes += b
+
+    started = time.monotonic()
+    threads = [threading.Thread(target=worker, args=(s,)) for s in shares if s]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.monotonic() - started
+    return {
+        "records": total_records,
+        "seconds": round(elapsed, 2),
+        "mb_per_s": round(total_bytes / elapsed / 1e6, 2),
+        "records_per_s": round(total_records / elapsed),
+    }
+
+
+def high_watermarks(port: int, topic: str, partitions: int) -> dict[int, int]:
+    c = Client(port)
+    req = {"topic_partitions": [{"topic": topic, "partition": p, "fetch_offset": 1} for p in range(partitions)],
+           "max_wait_ms": 0, "max_bytes": 1}
+    doc = json.loads(c.post("/consume", json.dumps(req).encode())[1])
+    c.close()
+    return {r["partition"]: r["high_watermark"] or 0 for r in doc["results"]}
+
+
+def broker_side(port: int) -> dict[str, float]:
+    """Broker-side latencies over the recent samples: flush, queue wait, S3 PUT, Oxia CAS."""
+    c = Client(port)
+    h = c.get_json("/metrics")["histograms"]
+    c.close()
+
+    def q(name: str, label: str, key: str) -> float:
+        return round(h.get(name, {}).get(label, {}).get(key, 0.0) * 1000, 1)
+
+    return {
+        "broker_flush_p50_ms": q("batcher_flush_seconds", "", "p50_s"),
+        "broker_flush_p99_ms": q("batcher_flush_seconds", "", "p99_s"),
+        "broker_queue_wait_p99_ms": q("batcher_queue_wait_seconds", "", "p99_s"),
+        "broker_s3_put_p99_ms": q("s3_operation_seconds", "op=put", "p99_s"),
+        "broker_oxia_cas_p99_ms": q("oxia_operation_seconds", "op=put_cas", "p99_s"),
+    }
+
+
+def storage_delta(port: int, fn: Callable[[], dict]) -> tuple[dict, dict[str, float]]:
+    c = Client(port)
+    before = c.get_json("/metrics")
+    out = fn()
+    after = c.get_json("/metrics")
+    c.close()
+    keys = {
+        "s3_gets": lambda m: counter(m, "s3_operations_total", op="get") + counter(m, "s3_operations_total", op="range_get"),
+        "oxia_ops": lambda m: counter(m, "oxia_operations_total"),
+        "cache_hits": lambda m: counter(m, "tail_cache_lookups_total", result="hit"),
+    }
+    return out, {k: int(f(after) - f(before)) for k, f in keys.items()}
+
+
+# -- main -----------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    topic = "bench"
+    figures: dict[str, Any] = {"config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}}
+    with ExitStack() as stack:
+        env = stack_env(stack)
+        env.update({
+            "LLOG_BATCH_MAX_DELAY_MS": str(args.batch_max_delay_ms),
+            "LLOG_BATCH_MAX_BYTES": str(args.batch_max_bytes),
+            "LLOG_BATCH_MAX_BUFFER_BYTES": str(max(64 * MIB, 8 * args.batch_max_bytes)),
+        })
+        logs = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="llog-bench-logs-")))
+        broker = Broker(env, "both", logs / "broker.log")
+        stack.callback(broker.stop)
+        bodies = make_bodies(args, topic, 256)
+        print(f"[bench] broker on port {broker.port}; warming up (partition initialization) ...", flush=True)
+        produce_phase(broker.port, bodies[:64], 8, 1.0, None, args.record_bytes)
+
+        print(f"[bench] 1. produce at saturation: {args.clients} clients, {args.seconds:.0f}s ...", flush=True)
+        sat = produce_phase(broker.port, bodies, args.clients, args.seconds, None, args.record_bytes)
+        figures["produce_saturated"] = {**sat, **broker_side(broker.port)}
+
+        rate = sat["requests_per_s"] * args.paced_fraction
+        print(f"[bench] 2. produce below saturation: {rate:.1f} requests/s, {args.paced_seconds:.0f}s ...", flush=True)
+        figures["produce_paced"] = produce_phase(
+            broker.port, bodies, args.clients, args.paced_seconds, rate, args.record_bytes
+        )
+
+        print(f"[bench] 3. end to end: {args.e2e_requests_per_s:.0f} requests/s, long-polling consumers ...", flush=True)
+        figures["end_to_end"] = e2e_phase(args, broker.port, topic)
+
+        hws = high_watermarks(broker.port, topic, args.partitions)
+        cached_bytes = 256 * MIB  # well inside the default 512 MiB tail cache
+        per_p = max(1, cached_bytes // args.record_bytes // args.partitions)
+        hot = {p: (max(1, hw - per_p + 1), hw) for p, hw in hws.items() if hw}
+        print(f"[bench] 4. consume at the hot tail: newest {per_p} records of each partition ...", flush=True)
+        out, delta = storage_delta(broker.port, lambda: consume_phase(broker.port, topic, hot, args.consume_seconds))
+        figures["consume_hot_tail"] = {**out, **delta}
+
+        reader = Broker(env, "read", logs / "reader.log")
+        stack.callback(reader.stop)
+        old = {p: (1, hw) for p, hw in hws.items() if hw}
+        print("[bench] 5. consume catching up from S3: fresh read-role broker, from offset 1 ...", flush=True)
+        out, delta = storage_delta(reader.port, lambda: consume_phase(reader.port, topic, old, args.consume_seconds))
+        figures["consume_catch_up_s3"] = {**out, **delta}
+
+    delay = args.batch_max_delay_ms
+    print()
+    for section, values in figures.items():
+        if section == "config":
+            continue
+        print(section)
+        for k, v in values.items():
+            print(f"  {k:34s} {v}")
+    print("\ntargets")
+    print(f"  produce >= 25 MB/s                 {figures['produce_saturated']['mb_per_s']} MB/s")
+    print(f"  paced p99 <= {delay + 250} ms                {figures['produce_paced']['latency_p99_ms']} ms")
+    e2e = figures["end_to_end"]
+    print(f"  hot-tail e2e p99 <= {delay + 100} ms         {e2e['ack_to_consumer_p99_ms']} ms from the produce ack, "
+          f"{e2e['send_to_consumer_p99_ms']} ms from the produce send")
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,275 @@
+"""BrokerConsumeService over the in-memory fakes: cache first, validation of
+tail claims, long-poll wake-ups, limits, one GET per shared blob."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from server._config import BatchConfig, OxiaConfig, S3Config
+from server._errors import ObjectNotFound, OffsetOutOfRange, PartitionNotInitialized
+from server._http_codec import ConsumePartition, ConsumeRequest
+from server._keys import TopicPartition
+from server._metastore import InMemoryMetadataStore
+from server._objectstore import InMemoryObjectStore
+from server._tail_cache import MemoryTailCache, NullTailCache, TailSignals
+from server.leaderless_log_consume import BrokerConsumeService
+from server.leaderless_log_reader import LeaderlessLogReader
+from server.leaderless_log_writer import (
+    BatchingProducer,
+    LeaderlessLogWriter,
+    SharedAppendGroup,
+)
+
+OXIA = OxiaConfig("fake:1", root_prefix="llog")
+S3 = S3Config("llog")
+
+
+class Env:
+    """A writer + producer + reader over one pair of fakes, and a consume
+    service with a memory cache filled the way the broker fills it."""
+
+    def __init__(self, cache: str = "memory") -> None:
+        self.meta, self.objs = InMemoryMetadataStore(), InMemoryObjectStore()
+        self.writer = LeaderlessLogWriter(OXIA, S3, metadata_store=self.meta, object_store=self.objs)
+        self.producer = BatchingProducer(self.writer, BatchConfig(max_delay_ms=1))
+        self.reader = LeaderlessLogReader(OXIA, S3, metadata_store=self.meta, object_store=self.objs)
+        self.signals = TailSignals()
+        self.cache = MemoryTailCache(1 << 20, self.signals) if cache == "memory" else NullTailCache(self.signals)
+        self.pending: set[TopicPartition] = set()  # partitions with a local flush "in flight"
+        self.service = BrokerConsumeService(
+            self.reader, self.cache, self.signals, local_writes_pending=lambda tp: tp in self.pending
+        )
+
+    def produce(self, *groups: tuple[str, int, list[bytes]]) -> list:
+        """Through the producer, filling the cache (as the broker does)."""
+        gs = [SharedAppendGroup(t, p, payloads) for t, p, payloads in groups]
+        results = self.producer.append_shared(gs, timeout=10)
+        for g, r in zip(gs, results):
+            r.raise_for_error()
+            self.cache.publish(g.tp, r.start_offset, g.payloads)
+        return results
+
+    def elsewhere(self, topic: str, partition: int, payloads: list[bytes]) -> None:
+        """An append by 'another broker': Oxia and S3 only, not this cache."""
+        self.writer.append_shared([SharedAppendGroup(topic, partition, payloads)])
+
+    def consume(self, *parts: tuple[str, int, int], max_wait_ms: int = 0, min_bytes: int = 1,
+                max_bytes: int = 1 << 30, partition_max_bytes: int = 1 << 20):
+        req = ConsumeRequest(
+            tuple(ConsumePartition(t, p, off, partition_max_bytes) for t, p, off in parts),
+            max_wait_ms, min_bytes, max_bytes,
+        )
+        return self.service.consume(req)
+
+    def storage_calls(self) -> int:
+        return sum(self.meta.calls.values()) + sum(self.objs.calls.get(k, 0) for k in ("get", "range_get"))
+
+    def close(self) -> None:
+        self.service.close()
+        self.producer.close()
+        self.reader.close()
+        self.writer.close()
+
+
+@pytest.fixture
+def env():
+    e = Env()
+    yield e
+    e.close()
+
+
+def offsets(part) -> list[int]:
+    return [o for o, _ in part.records]
+
+
+def test_a_cache_hit_touches_neither_oxia_nor_s3(env: Env) -> None:
+    env.produce(("t", 0, [b"a", b"b", b"c"]))
+    before = env.storage_calls()
+    (part,) = env.consume(("t", 0, 2)).partitions
+    assert part.records == ((2, b"b"), (3, b"c"))
+    assert (part.next_fetch_offset, part.high_watermark) == (4, 3)
+    assert env.storage_calls() == before
+
+
+def test_a_tail_claim_is_validated_once_and_finds_records_written_elsewhere(env: Env) -> None:
+    env.produce(("t", 0, [b"a", b"b", b"c"]))
+    env.elsewhere("t", 0, [b"d", b"e"])  # offsets 4, 5 through another broker
+    started = time.monotonic()
+    (part,) = env.consume(("t", 0, 4), max_wait_ms=5000).partitions
+    assert time.monotonic() - started < 1  # found at once, not after max_wait_ms
+    assert part.records == ((4, b"d"), (5, b"e")) and part.high_watermark == 5
+
+
+def test_a_confirmed_tail_waits_locally_without_polling_oxia(env: Env) -> None:
+    env.produce(("t", 0, [b"a"]))
+    before = env.meta.calls.get("get", 0)
+    started = time.monotonic()
+    (part,) = env.consume(("t", 0, 2), max_wait_ms=300).partitions
+    assert 0.28 <= time.monotonic() - started < 2
+    assert part.records == () and part.next_fetch_offset == 2 and part.error is None
+    assert env.meta.calls.get("get", 0) - before == 1  # the one validation, no polling
+
+
+def test_long_poll_returns_when_a_record_arrives(env: Env) -> None:
+    env.produce(("t", 0, [b"a"]))
+    threading.Timer(0.2, lambda: env.produce(("t", 0, [b"b"]))).start()
+    started = time.monotonic()
+    (part,) = env.consume(("t", 0, 2), max_wait_ms=5000).partitions
+    assert 0.15 < time.monotonic() - started < 2
+    assert part.records == ((2, b"b"),)
+
+
+@pytest.mark.parametrize("cache", ["memory", "off"])
+def test_min_bytes_accumulates_across_wakeups(cache: str) -> None:
+    env = Env(cache)
+    try:
+        env.produce(("t", 0, [b"a"]))
+        threading.Timer(0.1, lambda: env.produce(("t", 0, [b"x" * 10]))).start()
+        threading.Timer(0.3, lambda: env.produce(("t", 0, [b"y" * 10]))).start()
+        started = time.monotonic()
+        (part,) = env.consume(("t", 0, 2), max_wait_ms=5000, min_bytes=15).partitions
+        assert 0.25 < time.monotonic() - started < 3
+        assert part.records == ((2, b"x" * 10), (3, b"y" * 10))
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("cache", ["memory", "off"])
+def test_byte_limits(cache: str) -> None:
+    env = Env(cache)
+    try:
+        env.produce(("t", 0, [b"a" * 100] * 5), ("t", 1, [b"b" * 100] * 5), ("t", 2, [b"c" * 1000]))
+        parts = env.consume(("t", 0, 1), ("t", 1, 1), partition_max_bytes=250).partitions
+        assert [offsets(p) for p in parts] == [[1, 2], [1, 2]]
+        parts = env.consume(("t", 0, 1), ("t", 1, 1), max_bytes=350).partitions
+        assert [offsets(p) for p in parts] == [[1, 2, 3], []]
+        assert parts[1].high_watermark == 5 and parts[1].next_fetch_offset == 1
+        # An oversized first record: alone when the response is empty, or when
+        # it fits in what is left of max_bytes; never past max_bytes otherwise.
+        (big,) = env.consume(("t", 2, 1), max_bytes=10, partition_max_bytes=10).partitions
+        assert offsets(big) == [1]
+        parts = env.consume(("t", 0, 1), ("t", 2, 1), max_bytes=2000, partition_max_bytes=150).partitions
+        assert [offsets(p) for p in parts] == [[1], [1]]
+        parts = env.consume(("t", 0, 1), ("t", 2, 1), max_bytes=600, partition_max_bytes=150).partitions
+        assert [offsets(p) for p in parts] == [[1], []]
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("cache", ["memory", "off"])
+def test_partitions_of_one_shared_blob_cost_one_get(cache: str) -> None:
+    env = Env(cache)
+    try:
+        env.produce(*[("t", p, [b"r%d" % p] * 3) for p in range(4)])  # one flush, one blob
+        before = dict(env.objs.calls)
+        env.cache = NullTailCache(env.signals)
+        env.service.cache = env.cache  # force the storage path
+        parts = env.consume(*[("t", p, 1) for p in range(4)]).partitions
+        assert [p.records[0][1] for p in parts] == [b"r0", b"r1", b"r2", b"r3"]
+        gets = {k: env.objs.calls.get(k, 0) - before.get(k, 0) for k in ("get", "range_get")}
+        assert gets == {"get": 0, "range_get": 1}
+    finally:
+        env.close()
+
+
+def test_per_partition_errors(env: Env) -> None:
+    env.produce(("t", 0, [b"a"]))
+    started = time.monotonic()
+    parts = env.consume(("t", 0, 0), ("t", 9, 1), ("t", 0, 1), max_wait_ms=5000).partitions
+    assert time.monotonic() - started < 1  # an error answers at once
+    assert isinstance(parts[0].error, OffsetOutOfRange)
+    assert isinstance(parts[1].error, PartitionNotInitialized)
+    assert parts[2].error is None and offsets(parts[2]) == [1]
+
+
+def test_an_offset_past_the_high_watermark_waits_and_keeps_its_offset(env: Env) -> None:
+    env.produce(("t", 0, [b"a"]))
+    started = time.monotonic()
+    (part,) = env.consume(("t", 0, 7), max_wait_ms=200).partitions
+    assert time.monotonic() - started >= 0.19
+    assert part.error is None and part.records == () and part.next_fetch_offset == 7
+    assert part.high_watermark == 1
+
+
+def test_a_missing_object_is_a_partition_error(env: Env) -> None:
+    env.writer.initialize_partition("t", 0)
+    env.elsewhere("t", 0, [b"a"])
+    env.objs.objects.clear()
+    (part,) = env.consume(("t", 0, 1)).partitions
+    assert isinstance(part.error, ObjectNotFound)
+
+
+def test_close_wakes_waiting_requests(env: Env) -> None:
+    env.produce(("t", 0, [b"a"]))
+    threading.Timer(0.2, env.service.close).start()
+    started = time.monotonic()
+    (part,) = env.consume(("t", 0, 2), max_wait_ms=10_000).partitions
+    assert time.monotonic() - started < 2 and part.records == ()
+
+
+def test_results_keep_request_order(env: Env) -> None:
+    env.produce(("t", 1, [b"a"]), ("t", 0, [b"b"]))
+    parts = env.consume(("t", 1, 1), ("t", 0, 1)).partitions
+    assert [(p.topic, p.partition, p.records) for p in parts] == [("t", 1, ((1, b"a"),)), ("t", 0, ((1, b"b"),))]
+
+
+@pytest.mark.parametrize("cache", ["memory", "off"])
+def test_a_partition_at_its_tail_does_not_hold_back_the_byte_budget(cache: str) -> None:
+    env = Env(cache)
+    try:
+        env.produce(("t", 0, [b"a" * 100]), ("t", 1, [b"b" * 100] * 3))
+        parts = env.consume(("t", 0, 2), ("t", 1, 1), max_bytes=250, partition_max_bytes=1000).partitions
+        assert [offsets(p) for p in parts] == [[], [1, 2]]
+    finally:
+        env.close()
+
+
+TP0 = TopicPartition("t", 0)
+
+
+def in_flight(env: Env) -> None:
+    """Records 2..3 committed in Oxia by 'our own' flush, not yet in the cache."""
+    env.produce(("t", 0, [b"a"]))
+    env.pending.add(TP0)
+    env.elsewhere("t", 0, [b"b", b"c"])
+
+
+def test_oxia_ahead_during_our_own_flush_waits_for_the_cache(env: Env) -> None:
+    in_flight(env)
+
+    def land() -> None:
+        env.cache.publish(TP0, 2, [b"b", b"c"])
+        env.pending.discard(TP0)
+
+    threading.Timer(0.2, land).start()
+    before = dict(env.objs.calls)
+    started = time.monotonic()
+    (part,) = env.consume(("t", 0, 2), max_wait_ms=5000).partitions
+    assert 0.15 < time.monotonic() - started < 2
+    assert part.records == ((2, b"b"), (3, b"c"))
+    assert env.objs.calls == before  # from the cache, not S3
+
+
+def test_a_deferred_partition_reads_storage_when_our_flush_fails(env: Env) -> None:
+    in_flight(env)
+
+    def fail() -> None:
+        env.pending.discard(TP0)
+        env.signals.notify(TP0)
+
+    threading.Timer(0.2, fail).start()
+    started = time.monotonic()
+    (part,) = env.consume(("t", 0, 2), max_wait_ms=5000).partitions
+    assert time.monotonic() - started < 2
+    assert part.records == ((2, b"b"), (3, b"c"))
+
+
+def test_a_deferred_partition_reads_storage_at_the_deadline(env: Env) -> None:
+    in_flight(env)
+    started = time.monotonic()
+    (part,) = env.consume(("t", 0, 2), max_wait_ms=300).partitions
+    assert 0.29 <= time.monotonic() - started < 2
+    assert part.records == ((2, b"b"), (3, b"c"))
