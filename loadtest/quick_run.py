@@ -1,149 +1,266 @@
-"""The quick run: bring up Oxia + S3, write a few records, read them back.
+"""The main job, end to end (``./quick_run.sh``).
 
-Run through ``./quick_run.sh`` (which does the set-up first). Steps:
+1. stack      start Oxia (standalone) and MinIO with a bucket
+2. services   start one broker (both roles) and the compactor service
+3. data       generate ~200k deterministic order rows as JSON lines (or --input)
+4. produce    the PySpark produce job sends them to the broker as POST /produce
+              requests: topic ``orders``, 8 partitions, keyed by customer
+5. consume    read everything back through POST /consume long-polls; check
+              the record count and a content checksum against the input
+6. compact    wait until the compactor service has compacted every partition
+7. spark      read the topic with ``spark.read.format("llog")`` (straight from
+              Oxia + S3) and check count and checksum again
+8. report     records, MB, produce MB/s, end-to-end time, S3 and Oxia operation
+              counts, storage under the prefix, and where the data lives
 
-1. start a local Oxia (standalone) and MinIO with a bucket;
-2. append records to topic ``orders`` (two partitions, one shared WAL blob)
-   through a BatchingProducer;
-3. read them back with the reader and check every byte;
-4. print where the data lives (Oxia keys, S3 objects);
-5. stop everything (``--keep`` leaves it running and says how to stop it).
-
-Any mismatch fails loudly with the step that failed and exit code 1.
+Any mismatch stops the run with the failing step named and exit code 1.
+``--keep`` leaves everything running and prints the URLs and how to stop it.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 import tempfile
 import time
-import uuid
 from contextlib import ExitStack
 from pathlib import Path
 
-from server._config import BatchConfig
+from loadtest._pipeline import (
+    StepFailed,
+    Tally,
+    consume_all,
+    generate_orders,
+    http_json,
+    start_service,
+    tally_input,
+    wait_until,
+)
 from server._errors import LlogError
-from server.leaderless_log_metrics import LlogMetrics
-from server.leaderless_log_reader import LeaderlessLogReader
-from server.leaderless_log_writer import BatchingProducer, LeaderlessLogWriter, SharedAppendGroup
 
 TOPIC = "orders"
+ROOT = "llog"
 
 
-class StepFailed(Exception):
-    pass
+class Run:
+    """Prints numbered steps and remembers which one is running."""
 
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+        self.step = "setup"
 
-def say(step: str, message: str) -> None:
-    print(f"[quick-run] {step:<10} {message}", flush=True)
+    def begin(self, step: str, message: str) -> None:
+        self.step = step
+        self.say(message)
+
+    def say(self, message: str) -> None:
+        print(f"[quick-run] {time.monotonic() - self.started:6.1f}s {self.step:<9} {message}", flush=True)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="./quick_run.sh",
-        description="Bring up a local llog stack (Oxia + MinIO), append records, read them back, "
-        "show where they live, tear down.",
+        description="The llog main job: local Oxia + MinIO, a broker and the compactor service; a PySpark job "
+        "produces a data set through the broker; everything is consumed back, compacted and read with Spark, "
+        "and checked against the input at each step.",
     )
-    p.add_argument("--records", type=int, default=10, help="records per partition (default 10)")
-    p.add_argument("--keep", action="store_true", help="leave the stack running and print how to use and stop it")
-    p.add_argument("--data-dir", type=Path, help="stack data directory (default: a temporary directory)")
+    p.add_argument("--input", type=Path, help="JSON-lines file to produce instead of the generated sample")
+    p.add_argument("--rows", type=int, default=200_000, help="rows of the generated sample (default 200000)")
+    p.add_argument("--partitions", type=int, default=8, help="partitions of topic orders (default 8)")
+    p.add_argument("--keep", action="store_true", help="leave everything running; print URLs and how to stop it")
+    p.add_argument("--data-dir", type=Path, help="where the stack, logs and data set live (default: temporary)")
+    p.add_argument("--timeout-s", type=float, default=600, help="limit for each waiting step (default 600)")
     args = p.parse_args(argv)
-    if args.records < 1:
-        p.error("--records must be >= 1")
+    if args.rows < 1 or args.partitions < 1:
+        p.error("--rows and --partitions must be >= 1")
+    if args.input is not None and not args.input.is_file():
+        p.error(f"--input {args.input}: no such file")
     return args
 
 
-def run(args: argparse.Namespace) -> int:
-    from server.devstack import LocalStack
+def counter_sum(snapshot: dict, name: str, **labels: str) -> float:
+    """Sum of a counter in an LlogMetrics JSON snapshot (wherever it is nested)."""
+    counters = snapshot.get("counters") or snapshot.get("metrics", {}).get("counters", {})
+    want = [f"{k}={v}" for k, v in labels.items()]
+    return sum(v for lbl, v in counters.get(name, {}).items() if all(w in lbl.split(",") for w in want))
 
-    started = time.monotonic()
+
+def run(args: argparse.Namespace, r: Run) -> int:
+    from server.devstack import LocalStack, s3_client
+    from server.leaderless_log_reader import LeaderlessLogReader
+
     with ExitStack() as stack:
-        data_dir = args.data_dir
-        if data_dir is None:
-            if args.keep:
-                data_dir = Path(".llog-stack/quick-run").resolve()
-            else:
-                data_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="llog-quick-")))
+        data_dir = args.data_dir or (
+            Path(".llog-stack/quick-run").resolve() if args.keep
+            else Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="llog-quick-")))
+        )
         data_dir.mkdir(parents=True, exist_ok=True)
 
-        say("stack", f"starting Oxia + MinIO in {data_dir} ...")
-        # With --keep the servers must outlive this process.
-        local = LocalStack(data_dir, die_with_parent=not args.keep)
+        r.begin("stack", f"starting Oxia + MinIO in {data_dir}")
+        local = LocalStack(data_dir / "stack", die_with_parent=not args.keep)
         local.start()
         if not args.keep:
             stack.callback(local.stop)
         settings = local.settings
-        # A fresh stack shows the default layout; a reused one gets its own root
-        # so earlier runs' records do not mix in.
-        root = "llog" if args.data_dir is None and not args.keep else f"quick-{uuid.uuid4().hex[:6]}"
-        env = settings.env(root_prefix=root)
-        say("stack", f"Oxia at {settings.oxia_address}, S3 at {settings.s3_endpoint_url} (bucket {settings.bucket})")
+        env = settings.env(root_prefix=ROOT)
+        os.environ.update(env)  # Spark's Python workers inherit these
+        r.say(f"Oxia {settings.oxia_address}, S3 {settings.s3_endpoint_url} (bucket {settings.bucket})")
 
-        metrics = LlogMetrics()
-        expected = {
-            p: [f'{{"order_id": {p * 1000 + i}, "amount": {i * 3 + 0.5}}}'.encode() for i in range(args.records)]
-            for p in (0, 1)
-        }
-        say("append", f"writing {2 * args.records} records to {TOPIC}:0 and {TOPIC}:1 ...")
-        with LeaderlessLogWriter.from_env(env, metrics=metrics) as writer:
-            with BatchingProducer(writer, BatchConfig(max_delay_ms=50), metrics=metrics) as producer:
-                results = producer.append_shared(
-                    [SharedAppendGroup(TOPIC, p, payloads) for p, payloads in expected.items()], timeout=30
-                )
-        for r in results:
-            if not r.ok:
-                raise StepFailed(f"append to {r.topic}:{r.partition} failed: {r.error}")
-            say("append", f"{r.topic}:{r.partition} offsets {r.start_offset}..{r.end_offset} -> {r.wal_uri}")
-        if len({r.wal_uri for r in results}) != 1:
-            raise StepFailed("the two partitions did not share one WAL blob")
+        r.begin("services", "starting the broker and the compactor service")
+        broker = start_service("broker", "server.leaderless_log_broker", ["--role", "both"], env,
+                               data_dir / "logs", die_with_parent=not args.keep)
+        if not args.keep:
+            stack.callback(broker.process.stop)
+        compactor_env = {**env, "LLOG_COMPACTOR_DISCOVERY_INTERVAL_MS": "1000", "LLOG_COMPACTOR_IDLE_SLEEP_MS": "500",
+                         "LLOG_COMPACTOR_IDLE_JITTER_MS": "200"}
+        compactor = start_service("compactor", "server.leaderless_log_compactor_server", [], compactor_env,
+                                  data_dir / "logs", die_with_parent=not args.keep)
+        if not args.keep:
+            stack.callback(compactor.process.stop)
+        r.say(f"broker {broker.url}, compactor service {compactor.url}")
 
-        say("read", "reading everything back from Oxia + S3 ...")
-        with LeaderlessLogReader.from_env(env, metrics=metrics) as reader:
-            for p, want in expected.items():
-                got = [rec.payload for rec in reader.iter_from(TOPIC, p, 1)]
-                if got != want:
-                    raise StepFailed(f"{TOPIC}:{p}: read back {len(got)} records that differ from the {len(want)} written")
-                say("read", f"{TOPIC}:{p}: {len(got)} records match byte for byte (e.g. offset 1 = {got[0].decode()})")
-            control = reader.control(TOPIC, 0)
-
-        keys = writer.layout.partition(TOPIC, 0)
-        print()
-        print("Where the data lives")
-        print(f"  Oxia {settings.oxia_address}, namespace default, partition key {keys.partition_key!r}:")
-        print(f"    {keys.control}  = {control.encode().decode()}")
-        print(f"    {keys.compaction_cursor}")
-        print(f"    {keys.index(results[0].end_offset)}  (sparse index: batch end offset)")
-        print(f"  S3 {settings.s3_endpoint_url}:")
-        print(f"    {results[0].wal_uri}  (one shared LLS1 blob, both partitions)")
-        print(f"  S3 PUTs {metrics.counter('s3_operations_total', op='put'):.0f}, "
-              f"S3 GETs {metrics.counter('s3_operations_total', op='range_get'):.0f}, "
-              f"Oxia calls {metrics.counter('oxia_operations_total'):.0f}, "
-              f"elapsed {time.monotonic() - started:.1f}s")
-        if args.keep:
-            print()
-            print("The stack keeps running. Use it from a shell with:")
-            for k, v in env.items():
-                print(f"  export {k}={shlex.quote(v)}")
-            print(f"Stop it with:\n  $LLOG_PY -m server.devstack down --data-dir {shlex.quote(str(data_dir))}")
-            local.detach()
+        if args.input is None:
+            r.begin("data", f"generating {args.rows:,} order rows")
+            source = data_dir / "orders.jsonl"
+            expected = generate_orders(source, args.rows)
         else:
-            say("stack", "stopping (use --keep to leave it running)")
-    say("done", "OK")
+            r.begin("data", f"reading {args.input}")
+            source = args.input.resolve()
+            expected = tally_input(source)
+        r.say(f"{expected.count:,} rows, {expected.nbytes / 1e6:.1f} MB in {source}")
+
+        r.begin("produce", f"PySpark produce job -> {TOPIC} ({args.partitions} partitions, key customer_id)")
+        from server.spark.produce_job import ProduceOptions, run_produce_job, spark_session
+
+        spark = spark_session("llog-quick-run", master="local[2]", conf={
+            "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "4", "spark.driver.memory": "2g",
+        })
+        stack.callback(spark.stop)
+        key_column = "customer_id" if args.input is None else None
+        options = ProduceOptions(topic=TOPIC, brokers=(broker.url,), partitions=args.partitions, key_column=key_column,
+                                 input_format="json")
+        summary = run_produce_job(spark, str(source), options, progress=lambda line: r.say(line))
+        r.say(f"acknowledged {summary.records_acked:,} records, {summary.mb_per_s:.2f} MB/s, "
+              f"{summary.requests:,} requests, {summary.retries} retries")
+        if summary.records_acked != expected.count:
+            raise StepFailed(f"{expected.count} rows in, {summary.records_acked} records acknowledged")
+
+        reader = stack.enter_context(LeaderlessLogReader.from_env(env))
+        parts = range(args.partitions)
+        hws = {p: reader.high_watermark(TOPIC, p) for p in parts}
+        r.begin("consume", f"consuming {sum(hws.values()):,} records back through POST /consume")
+        got, per_partition = consume_all(broker.url, TOPIC, hws, deadline_s=args.timeout_s)
+        check(r, "consume", expected, got)
+        r.say("per partition: " + ", ".join(f"{p}:{n}" for p, n in sorted(per_partition.items())))
+
+        r.begin("compact", "waiting for the compactor service to compact every partition")
+        lag = lambda: sum(max(0, hws[p] - (reader.compaction_cursor(TOPIC, p) - 1)) for p in parts)  # noqa: E731
+        wait_until(lambda: lag() == 0, timeout_s=args.timeout_s, what="compaction of every partition",
+                   progress=lambda: r.say(f"{lag():,} offsets not yet compacted"))
+        r.say(f"every partition compacted (cursor = high watermark + 1); compactor {compactor.url}/metrics")
+
+        r.begin("spark", 'reading the topic with spark.read.format("llog") from Oxia + S3')
+        spark_tally = spark_read_tally(spark, TOPIC, args.partitions)
+        check(r, "spark", expected, spark_tally)
+
+        r.begin("report", "")
+        report(r, settings, env, broker, compactor, expected, summary, data_dir, s3_client)
+        if args.keep:
+            print("\nEverything keeps running:")
+            print(f"  broker             {broker.url}  (POST /produce, POST /consume, GET /metrics)")
+            print(f"  compactor service  {compactor.url}  (GET /health, /metrics)")
+            print(f"  Oxia {settings.oxia_address}   MinIO {settings.s3_endpoint_url}")
+            print("  environment for the library and tools:")
+            for k, v in env.items():
+                print(f"    export {k}={shlex.quote(v)}")
+            print("Stop it with:")
+            print(f"  kill {broker.process.pid} {compactor.process.pid}")
+            print(f"  $LLOG_PY -m server.devstack down --data-dir {shlex.quote(str(data_dir / 'stack'))}")
+            local.detach()
+    r.say("OK")
     return 0
+
+
+def check(r: Run, step: str, expected: Tally, got: Tally) -> None:
+    if not expected.same_as(got):
+        raise StepFailed(
+            f"{got.count:,} records read, checksum {got.checksum:016x}; "
+            f"expected {expected.count:,}, checksum {expected.checksum:016x}"
+        )
+    r.say(f"{got.count:,} records, checksum {got.checksum:016x}: match the input")
+
+
+def spark_read_tally(spark, topic: str, partitions: int) -> Tally:
+    from loadtest._pipeline import MASK64, canonical_hash
+
+    df = spark.read.format("llog").option("topic", topic).load()
+
+    def part_tally(rows):
+        count = checksum = nbytes = 0
+        for row in rows:
+            value = bytes(row.value)
+            count += 1
+            checksum = (checksum + canonical_hash(value)) & MASK64
+            nbytes += len(value)
+        yield count, checksum, nbytes
+
+    tally = Tally()
+    for count, checksum, nbytes in df.select("value").rdd.mapPartitions(part_tally).collect():
+        tally.count += count
+        tally.checksum = (tally.checksum + checksum) & MASK64
+        tally.nbytes += nbytes
+    return tally
+
+
+def report(r, settings, env, broker, compactor, expected, summary, data_dir, s3_client) -> None:
+    b = http_json(f"{broker.url}/metrics")
+    c = http_json(f"{compactor.url}/metrics")
+    s3 = s3_client(settings.s3_endpoint_url, access_key_id=settings.access_key_id,
+                   secret_access_key=settings.secret_access_key)
+    objects = total = 0
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=settings.bucket, Prefix=f"{ROOT}/"):
+        for obj in page.get("Contents", []):
+            objects += 1
+            total += obj["Size"]
+    elapsed = time.monotonic() - r.started
+    puts = counter_sum(b, "s3_operations_total", op="put") + counter_sum(c, "s3_operations_total", op="put")
+    gets = sum(counter_sum(m, "s3_operations_total", op=op) for m in (b, c) for op in ("get", "range_get"))
+    oxia = counter_sum(b, "oxia_operations_total") + counter_sum(c, "oxia_operations_total")
+    print()
+    print("llog quick run: report")
+    print(f"  records           {expected.count:,} ({expected.nbytes / 1e6:.1f} MB of JSON)")
+    print(f"  produce           {summary.mb_per_s:.2f} MB/s, {summary.rows_per_s:,.0f} rows/s "
+          f"({summary.requests:,} requests, {summary.retries} retries)")
+    print(f"  end-to-end time   {elapsed:.1f} s (set-up excluded)")
+    print(f"  S3 requests       {puts:,.0f} PUT, {gets:,.0f} GET (broker + compactor)")
+    print(f"  Oxia operations   {oxia:,.0f} (broker + compactor)")
+    print(f"  storage           {objects:,} objects, {total / 1e6:.1f} MB under s3://{settings.bucket}/{ROOT}/")
+    print("  where the data lives:")
+    print(f"    Oxia {settings.oxia_address}: {ROOT}/{TOPIC}/partitions/<p>/meta/control, .../index/<end offset>")
+    print(f"    S3   s3://{settings.bucket}/{ROOT}/{TOPIC}/partitions/<p>/data/compacted/<uuid>"
+          f" (and {ROOT}/wal-shared/<uuid> until vacuum reclaims them)")
+    print(f"    logs {data_dir / 'logs'}")
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    r = Run()
     try:
-        return run(args)
+        return run(args, r)
     except StepFailed as exc:
-        print(f"[quick-run] FAILED: {exc}", file=sys.stderr)
-        return 1
+        print(f"[quick-run] FAILED at step '{r.step}': {exc}", file=sys.stderr)
     except LlogError as exc:
-        print(f"[quick-run] FAILED: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
+        print(f"[quick-run] FAILED at step '{r.step}': {type(exc).__name__}: {exc}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print(f"[quick-run] interrupted at step '{r.step}'", file=sys.stderr)
+    except Exception as exc:  # anything else still names the step, with the traceback
+        import traceback
+
+        traceback.print_exc()
+        print(f"[quick-run] FAILED at step '{r.step}': {type(exc).__name__}: {exc}", file=sys.stderr)
+    return 1
 
 
 if __name__ == "__main__":

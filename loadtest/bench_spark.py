@@ -1,0 +1,294 @@
+"""Benchmark the Spark pipeline (prints figures).
+
+1. The produce job (``run_produce_job``) on a generated JSON lines data set
+   (``--rows`` rows of about ``--row-bytes`` bytes, ``--partitions``
+   partitions, keyed by customer) against one broker, then against two.
+2. Reading the first topic back in full: ``spark.read.format("llog")``
+   straight from Oxia + S3, versus ``POST /consume`` through a fresh
+   read-role broker (empty tail cache, so it reads S3 as well), once with
+   ``--consume-clients`` concurrent clients (partitions split between them)
+   and once with a single client reading partition after partition.
+
+Spark runs local[2] with a 2 GiB driver. Uses the stack named by LLOG_* in
+the environment, or starts a private local stack (Oxia + MinIO) when
+LLOG_OXIA_SERVICE_ADDRESS is not set. Figures only; nothing here asserts a
+speed. The Spark read is measured warm (a first small read starts the
+Python workers), as a long-running job would see it.
+
+    python -m loadtest.bench_spark --rows 200000 --row-bytes 1024
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import http.client
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+MIB = 1024 * 1024
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m loadtest.bench_spark", description=__doc__.split("\n\n")[0])
+    p.add_argument("--rows", type=int, default=200_000, help="rows in the data set (default 200000)")
+    p.add_argument("--row-bytes", type=int, default=1024, help="approximate bytes per JSON row (default 1024)")
+    p.add_argument("--partitions", type=int, default=8, help="topic partitions (default 8)")
+    p.add_argument("--consume-clients", type=int, default=8, help="concurrent /consume clients (default 8)")
+    p.add_argument(
+        "--consume-max-bytes", type=int, default=8 * MIB, help="max_bytes per /consume request (default 8 MiB)"
+    )
+    p.add_argument("--batch-max-delay-ms", type=int, default=100, help="brokers' LLOG_BATCH_MAX_DELAY_MS (default 100)")
+    p.add_argument("--repeat", type=int, default=3, help="Spark reads to time; the best counts (default 3)")
+    p.add_argument("--skip-two-brokers", action="store_true", help="skip the two-broker produce run")
+    p.add_argument("--json", type=Path, help="also write the figures to this JSON file")
+    return p.parse_args(argv)
+
+
+def stack_env(stack: ExitStack) -> dict[str, str]:
+    if os.environ.get("LLOG_OXIA_SERVICE_ADDRESS"):
+        env = {k: v for k, v in os.environ.items() if k.startswith(("LLOG_", "AWS_"))}
+    else:
+        from server.devstack import LocalStack
+
+        print("[bench] no LLOG_OXIA_SERVICE_ADDRESS: starting a private local stack ...", flush=True)
+        data = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="llog-bench-spark-")))
+        env = stack.enter_context(LocalStack(data)).settings.env()
+    env["LLOG_ROOT_PREFIX"] = f"bench-{uuid.uuid4().hex[:8]}"
+    return env
+
+
+class Broker:
+    """One broker subprocess on a free port."""
+
+    def __init__(self, env: dict[str, str], role: str, log_path: Path) -> None:
+        self._log = open(log_path, "wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "server.leaderless_log_broker", "--port", "0", "--role", role,
+             "--log-level", "WARNING"],
+            env={**os.environ, **env, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE, stderr=self._log,
+        )
+        line = self.proc.stdout.readline() if self.proc.stdout else b""
+        if not line:
+            raise RuntimeError(f"broker did not start; see {log_path}")
+        self.port = json.loads(line)["port"]
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        self._log.close()
+
+
+def make_dataset(spark: Any, path: Path, rows: int, row_bytes: int) -> tuple[int, int]:
+    """A deterministic JSON lines data set written by Spark; returns (rows, bytes)."""
+    from pyspark.sql import functions as F
+
+    pad = max(0, row_bytes - 110)
+    df = spark.range(rows, numPartitions=4).select(
+        F.to_json(F.struct(
+            F.col("id").alias("order_id"),
+            F.concat(F.lit("cust-"), (F.col("id") * 7919 % 5000).cast("string")).alias("customer"),
+            (F.col("id") % 100000 / 100.0).alias("amount"),
+            F.lit("2026-01-01T00:00:00Z").alias("ts"),
+            F.expr(f"repeat(substr(md5(cast(id as string)), 1, 16), {pad // 16 + 1})").substr(1, pad).alias("items"),
+        )).alias("value")
+    )
+    df.write.mode("overwrite").text(str(path))
+    files = list(path.glob("part-*"))
+    for f in files:
+        f.rename(f.with_suffix(".jsonl"))
+    return rows, sum(f.stat().st_size for f in path.glob("*.jsonl"))
+
+
+def produce(spark: Any, path: Path, topic: str, brokers: list[Broker], partitions: int) -> dict[str, Any]:
+    from server.spark.produce_job import ProduceOptions, run_produce_job
+
+    opts = ProduceOptions(topic=topic, brokers=tuple(b.url for b in brokers), partitions=partitions,
+                          key_column="customer", progress_interval_s=5.0)
+    s = run_produce_job(spark, str(path / "*.jsonl"), opts, progress=lambda line: print(line, flush=True))
+    return {
+        "brokers": len(brokers), "rows": s.records_acked, "payload_mb": round(s.bytes_acked / 1e6, 1),
+        "seconds": round(s.duration_s, 2), "rows_per_s": round(s.rows_per_s), "mb_per_s": round(s.mb_per_s, 1),
+        "requests": s.requests, "retries": s.retries,
+    }
+
+
+def spark_read(spark: Any, env: dict[str, str], topic: str, partitions: int, repeat: int) -> dict[str, Any]:
+    options = {
+        "topic": topic,
+        "oxia.serviceAddress": env["LLOG_OXIA_SERVICE_ADDRESS"],
+        "rootPrefix": env["LLOG_ROOT_PREFIX"],
+    }
+    for opt, var in (("s3.endpoint", "LLOG_S3_ENDPOINT_URL"), ("s3.region", "LLOG_S3_REGION_NAME"),
+                     ("s3.accessKeyId", "LLOG_S3_ACCESS_KEY_ID"), ("s3.secretAccessKey", "LLOG_S3_SECRET_ACCESS_KEY")):
+        if env.get(var):
+            options[opt] = env[var]
+    # Warm-up: start every Python worker and its clients with a tiny read of each partition.
+    ends = json.dumps({str(p): 1 for p in range(partitions)})
+    spark.read.format("llog").options(**options, endingOffsets=ends).load().count()
+    runs = []
+    for _ in range(repeat):
+        started = time.monotonic()
+        df = spark.read.format("llog").options(**options).load()  # planning (high watermarks) included
+        (row,) = df.selectExpr("count(*) AS n", "sum(length(value)) AS b").collect()
+        runs.append(time.monotonic() - started)
+    seconds = min(runs)
+    return {"records": row["n"], "payload_mb": round(row["b"] / 1e6, 1), "seconds": round(seconds, 2),
+            "mb_per_s": round(row["b"] / 1e6 / seconds, 1), "input_partitions": df.rdd.getNumPartitions(),
+            "runs_s": [round(r, 2) for r in runs]}
+
+
+def value_bytes(value: Any) -> bytes:
+    """A consumed record value as bytes (a string, or {"base64": ...})."""
+    return value.encode() if isinstance(value, str) else base64.b64decode(value["base64"])
+
+
+def consume_all(port: int, topic: str, partitions: int, clients: int, max_bytes: int) -> dict[str, Any]:
+    """Every record of the topic through /consume, partitions split across threads."""
+    totals = {"records": 0, "bytes": 0, "requests": 0}
+    lock = threading.Lock()
+    errors: list[BaseException] = []
+
+    def worker(ps: list[int]) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        try:
+            for p in ps:
+                offset = 1
+                while True:
+                    body = json.dumps({"topic_partitions": [{"topic": topic, "partition": p, "fetch_offset": offset,
+                                                             "partition_max_bytes": max_bytes}],
+                                       "max_wait_ms": 0, "max_bytes": max_bytes}).encode()
+                    conn.request("POST", "/consume", body=body, headers={"Content-Type": "application/json"})
+                    reply = json.loads(conn.getresponse().read())
+                    (res,) = reply["results"]
+                    n = len(res["records"])
+                    nbytes = sum(len(value_bytes(r["value"])) for r in res["records"])
+                    with lock:
+                        totals["records"] += n
+                        totals["bytes"] += nbytes
+                        totals["requests"] += 1
+                    offset = res["next_fetch_offset"]
+                    if n == 0 or offset > res["high_watermark"]:
+                        break
+        except BaseException as exc:  # reported by the caller
+            errors.append(exc)
+        finally:
+            conn.close()
+
+    groups = [list(range(partitions))[i::clients] for i in range(min(clients, partitions))]
+    threads = [threading.Thread(target=worker, args=(g,)) for g in groups]
+    started = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    seconds = time.monotonic() - started
+    if errors:
+        raise errors[0]
+    return {"records": totals["records"], "payload_mb": round(totals["bytes"] / 1e6, 1), "seconds": round(seconds, 2),
+            "mb_per_s": round(totals["bytes"] / 1e6 / seconds, 1), "requests": totals["requests"],
+            "clients": len(groups)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    from server.spark.produce_job import spark_session
+
+    figures: dict[str, Any] = {"config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}}
+    with ExitStack() as stack:
+        env = stack_env(stack)
+        env["LLOG_BATCH_MAX_DELAY_MS"] = str(args.batch_max_delay_ms)
+        work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="llog-bench-spark-work-")))
+        spark = spark_session("llog-bench-spark", "local[2]", {
+            "spark.ui.enabled": "false", "spark.driver.memory": "2g", "spark.sql.shuffle.partitions": "2",
+        })
+        stack.callback(spark.stop)
+        spark.sparkContext.setLogLevel("ERROR")
+
+        print(f"[bench] generating {args.rows:,} JSON rows of ~{args.row_bytes} bytes ...", flush=True)
+        rows, nbytes = make_dataset(spark, work / "data", args.rows, args.row_bytes)
+        figures["dataset"] = {"rows": rows, "mb": round(nbytes / 1e6, 1)}
+        print(f"[bench] data set: {rows:,} rows, {nbytes / 1e6:,.1f} MB", flush=True)
+
+        b1 = Broker(env, "both", work / "broker-1.log")
+        stack.callback(b1.stop)
+        # Warm-up: the first Python job starts Spark's Python workers; keep that out of the figures.
+        warm = work / "warm"
+        warm.mkdir()
+        (warm / "w.jsonl").write_text("".join(json.dumps({"customer": f"c{i}"}) + "\n" for i in range(1000)))
+        produce(spark, warm, "bench-warmup", [b1], args.partitions)
+        print("[bench] 1. produce job -> one broker ...", flush=True)
+        figures["produce_one_broker"] = one = produce(spark, work / "data", "bench-one", [b1], args.partitions)
+        print(f"[bench]    {one}", flush=True)
+        if not args.skip_two_brokers:
+            b2 = Broker(env, "both", work / "broker-2.log")
+            stack.callback(b2.stop)
+            print("[bench] 2. produce job -> two brokers ...", flush=True)
+            figures["produce_two_brokers"] = two = produce(spark, work / "data", "bench-two", [b1, b2], args.partitions)
+            print(f"[bench]    {two}", flush=True)
+
+        print("[bench] 3. Spark batch read of bench-one straight from Oxia + S3 ...", flush=True)
+        figures["spark_read"] = sr = spark_read(spark, env, "bench-one", args.partitions, args.repeat)
+        print(f"[bench]    {sr}", flush=True)
+
+        reader = Broker(env, "read", work / "reader.log")
+        stack.callback(reader.stop)
+        print(f"[bench] 4. the same topic through POST /consume, {args.consume_clients} clients "
+              "(fresh read-role broker: empty tail cache, reads S3) ...", flush=True)
+        figures["consume_read"] = cr = consume_all(
+            reader.port, "bench-one", args.partitions, args.consume_clients, args.consume_max_bytes
+        )
+        print(f"[bench]    {cr}", flush=True)
+        reader1 = Broker(env, "read", work / "reader-1.log")
+        stack.callback(reader1.stop)
+        print("[bench] 5. the same topic through POST /consume, one client (another fresh broker) ...", flush=True)
+        figures["consume_read_one_client"] = c1 = consume_all(
+            reader1.port, "bench-one", args.partitions, 1, args.consume_max_bytes
+        )
+        print(f"[bench]    {c1}", flush=True)
+        figures["spark_read_speedup_vs_consume"] = round(sr["mb_per_s"] / cr["mb_per_s"], 2)
+        figures["spark_read_speedup_vs_one_consumer"] = round(sr["mb_per_s"] / c1["mb_per_s"], 2)
+
+    print("\n== bench_spark figures ==")
+    print(f"data set            {figures['dataset']['rows']:,} rows, {figures['dataset']['mb']} MB JSON lines, "
+          f"{args.partitions} partitions")
+    for name in ("produce_one_broker", "produce_two_brokers"):
+        f = figures.get(name)
+        if f:
+            print(f"produce job ({f['brokers']} broker{'s' if f['brokers'] > 1 else ''})  {f['rows_per_s']:,} rows/s, "
+                  f"{f['mb_per_s']} MB/s ({f['payload_mb']} MB in {f['seconds']} s, {f['requests']} requests, "
+                  f"{f['retries']} retries)")
+    print(f"Spark read (S3)     {sr['mb_per_s']} MB/s ({sr['records']:,} records, {sr['payload_mb']} MB in "
+          f"{sr['seconds']} s, {sr['input_partitions']} input partitions)")
+    for name in ("consume_read", "consume_read_one_client"):
+        c = figures[name]
+        print(f"/consume read       {c['mb_per_s']} MB/s ({c['records']:,} records in {c['seconds']} s, "
+              f"{c['clients']} client{'s' if c['clients'] > 1 else ''}, {c['requests']} requests)")
+    print(f"Spark / consume     {figures['spark_read_speedup_vs_consume']}x against {cr['clients']} clients, "
+          f"{figures['spark_read_speedup_vs_one_consumer']}x against one")
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

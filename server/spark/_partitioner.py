@@ -1,0 +1,106 @@
+"""Record-to-partition mapping: Kafka's murmur2 partitioner and an even spread.
+
+Keyed records go where a Kafka producer's default partitioner would put
+them: ``toPositive(murmur2(key_bytes)) % partitions``, with ``murmur2`` the
+32-bit MurmurHash2 variant of ``org.apache.kafka.common.utils.Utils.murmur2``
+(seed ``0x9747b28c``, little-endian 4-byte blocks, the tail mixed in the
+order 3-2-1) and ``toPositive(h) = h & 0x7fffffff`` (not ``abs``, which
+would fold ``Integer.MIN_VALUE``). So a topic fed by this job and by Kafka
+clients, or read by tools that know Kafka's mapping, agrees on where a key
+lives. Key bytes: a ``str`` key is hashed as its UTF-8 bytes (Kafka's
+``StringSerializer``), ``bytes`` as is.
+
+Records without a key (no key column, or a null key) are spread evenly:
+round-robin over the partitions, each task starting at a different
+partition so that many small tasks do not all favour partition 0.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Iterable, Sequence
+
+__all__ = ["murmur2", "to_positive", "partition_for_key", "KeyPartitioner"]
+
+_M = 0x5BD1E995
+_SEED = 0x9747B28C
+_MASK = 0xFFFFFFFF
+_BLOCKS = struct.Struct("<I")
+
+
+def murmur2(data: bytes) -> int:
+    """Kafka's ``Utils.murmur2(data)``: a signed 32-bit int, exactly as Java returns it."""
+    length = len(data)
+    h = (_SEED ^ length) & _MASK
+    n4 = length & ~3
+    for (k,) in _BLOCKS.iter_unpack(data[:n4]):
+        k = (k * _M) & _MASK
+        k ^= k >> 24
+        k = (k * _M) & _MASK
+        h = ((h * _M) & _MASK) ^ k
+    rest = length & 3
+    if rest:
+        # Java's switch falls through: case 3, then 2, then 1 (which multiplies).
+        if rest == 3:
+            h ^= data[n4 + 2] << 16
+        if rest >= 2:
+            h ^= data[n4 + 1] << 8
+        h ^= data[n4]
+        h = (h * _M) & _MASK
+    h ^= h >> 13
+    h = (h * _M) & _MASK
+    h ^= h >> 15
+    return h - 0x100000000 if h & 0x80000000 else h
+
+
+def to_positive(h: int) -> int:
+    """Kafka's ``Utils.toPositive``: clear the sign bit."""
+    return h & 0x7FFFFFFF
+
+
+def partition_for_key(key: bytes | str, partitions: int) -> int:
+    """The partition Kafka's default partitioner picks for ``key``."""
+    if isinstance(key, str):
+        key = key.encode("utf-8")
+    return to_positive(murmur2(key)) % partitions
+
+
+class KeyPartitioner:
+    """Maps a column of keys (``None`` = no key) to partitions.
+
+    Keyed records use :func:`partition_for_key`; keyless ones go round-robin
+    starting at ``start % partitions``. One instance per task: the
+    round-robin position carries over from one call to the next.
+    """
+
+    def __init__(self, partitions: int, start: int = 0) -> None:
+        if partitions < 1:
+            raise ValueError(f"partitions must be >= 1, got {partitions}")
+        self.partitions = partitions
+        self._next = start % partitions
+
+    def assign(self, keys: Iterable[bytes | str | None]) -> list[int]:
+        n = self.partitions
+        out = []
+        for key in keys:
+            if key is None:
+                out.append(self._next)
+                self._next = (self._next + 1) % n
+            else:
+                out.append(partition_for_key(key, n))
+        return out
+
+    def spread(self, count: int) -> list[int]:
+        """Partitions for ``count`` keyless records."""
+        n, first = self.partitions, self._next
+        self._next = (first + count) % n
+        return [(first + i) % n for i in range(count)]
+
+
+def check_partitions(values: Sequence[int | None], partitions: int | None) -> None:
+    """Raise ValueError for a null, negative or (when ``partitions`` is known)
+    out-of-range explicit partition number."""
+    for i, p in enumerate(values):
+        if p is None or p < 0 or (partitions is not None and p >= partitions):
+            bound = f"0..{partitions - 1}" if partitions is not None else ">= 0"
+            raise ValueError(f"row {i} of the batch has partition {p!r}; it must be {bound}")

@@ -1,0 +1,715 @@
+"""The produce job: a PySpark job that feeds a data set to the brokers as ``POST /produce`` requests.
+
+::
+
+    python -m server.spark.produce_job data/orders.jsonl --topic orders --partitions 8 \\
+        --key-column customer_id --brokers http://127.0.0.1:8080
+    PYSPARK_PYTHON=$LLOG_PY spark-submit server/spark/produce_job.py ...   # same options
+    run_produce_job(spark, df_or_path, ProduceOptions(topic=..., brokers=...))  # from Python
+
+Input: JSON lines, CSV (with a header line), Parquet or plain text, by path
+or glob (``--format``, or inferred from the extension), or any DataFrame
+when called as a function. What one record holds:
+
+- default: the whole row as JSON text. For JSON lines that is the line as
+  written (verbatim, not re-serialized; blank lines are skipped); for CSV,
+  Parquet and DataFrames it is ``to_json`` of the row, nulls kept; for text
+  it is the line.
+- ``--value-column C``: that column; a binary column is sent as bytes
+  (``{"base64": ...}`` on the wire), a string as its UTF-8 bytes, anything
+  else as its JSON text (structs, arrays, maps) or string form.
+
+Partitioning: with ``--key-column`` a record goes to Kafka's murmur2
+partition of its key (``_partitioner``), so equal keys share a partition;
+without one, or for a null key, records are spread round-robin.
+
+The rows go through the ``llog`` data source's writer
+(``df.write.format("llog")``, :mod:`server.spark.datasource`): each Spark
+task gets its slice as Arrow batches, assigns partitions, and hands the
+records to a :class:`~server.spark._http_client.TaskProducer`: bounded
+multi-partition requests, a stable broker per partition with fallback,
+retries for 503/409-retriable/connection failures. Delivery is **at least
+once**: a record is acknowledged by exactly one produce answer, but a retry
+after a lost answer, a 504, or a Spark task retry can append it again. The
+summary counts retried batches (``retried_records`` bounds the possible
+duplicates of a run whose Spark tasks did not fail).
+
+Progress: every ``--progress-interval-s`` the driver prints a line with the
+records and bytes acknowledged so far; tasks report them over a best-effort
+UDP datagram to the driver (lost datagrams only delay the line). The final
+summary (printed, and with ``--summary-json`` written as JSON) comes from
+the tasks' own results, not from the datagrams.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import re
+import shutil
+import socket
+import sys
+import tempfile
+import threading
+import time
+import uuid
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Sequence
+
+if __package__ in (None, ""):  # run as a script (spark-submit server/spark/produce_job.py)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from server._errors import ConfigError, LlogError
+from server._keys import validate_topic
+from server.spark._http_client import (
+    MIB,
+    BrokerUnreachable,
+    ProduceError,
+    ProducerConfig,
+    ProduceStats,
+    check_brokers,
+    parse_broker_list,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = [
+    "ProduceOptions",
+    "ProduceSummary",
+    "PartitionRange",
+    "ProduceJobFailed",
+    "run_produce_job",
+    "load_input",
+    "prepare_records",
+    "spark_session",
+    "main",
+]
+
+log = logging.getLogger(__name__)
+
+FORMATS = ("json", "csv", "parquet", "text")
+_EXTENSIONS = {
+    ".json": "json", ".jsonl": "json", ".ndjson": "json",
+    ".csv": "csv", ".parquet": "parquet", ".pq": "parquet", ".txt": "text",
+}
+_COMPRESSION = (".gz", ".bz2", ".zst", ".lz4", ".snappy", ".deflate")
+KEY_COL = "key"
+VALUE_COL = "value"
+
+
+class ProduceJobFailed(ProduceError):
+    """A Spark task of the produce job failed; the message carries the task's error."""
+
+
+# -- options and summary ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProduceOptions:
+    """Options of one produce job. Validated on construction (ConfigError)."""
+
+    topic: str
+    brokers: tuple[str, ...]
+    """Broker URLs (``http://host:port``); a comma-separated string is accepted."""
+    partitions: int = 1
+    """Partition count: records go to partitions 0..partitions-1."""
+    key_column: str | None = None
+    value_column: str | None = None
+    """Default: the whole row as JSON text."""
+    input_format: str | None = None
+    """json | csv | parquet | text; default: from the input's extension."""
+    max_request_bytes: int = 4 * MIB
+    max_request_records: int = 50_000
+    max_retries: int = 10
+    max_in_flight: int = 4
+    """Concurrent requests per Spark task."""
+    csv_header: bool = True
+    progress_interval_s: float = 5.0
+
+    def __post_init__(self) -> None:
+        try:
+            validate_topic(self.topic)
+        except LlogError as exc:
+            raise ConfigError(f"--topic: {exc}") from None
+        brokers = self.brokers.split(",") if isinstance(self.brokers, str) else self.brokers
+        object.__setattr__(self, "brokers", tuple(b.url for b in parse_broker_list(brokers)))
+        if isinstance(self.partitions, bool) or not isinstance(self.partitions, int) or self.partitions < 1:
+            raise ConfigError(f"--partitions must be an integer >= 1, got {self.partitions!r}")
+        if self.input_format is not None and self.input_format not in FORMATS:
+            raise ConfigError(f"unknown input format {self.input_format!r}; use one of {', '.join(FORMATS)}")
+        if self.progress_interval_s <= 0:
+            raise ConfigError("progress_interval_s must be > 0")
+        self.producer_config()  # validates the request limits
+
+    def producer_config(self) -> ProducerConfig:
+        return ProducerConfig(
+            brokers=parse_broker_list(self.brokers),
+            max_request_bytes=self.max_request_bytes,
+            max_request_records=self.max_request_records,
+            max_retries=self.max_retries,
+            max_in_flight=self.max_in_flight,
+        )
+
+
+class PartitionRange(NamedTuple):
+    """Offsets acknowledged to this job in one partition."""
+
+    first_offset: int
+    """Lowest acknowledged offset (inclusive)."""
+    last_offset: int
+    """Highest acknowledged offset (inclusive). Other writers' records may lie in between."""
+    records: int
+    """Records this job had acknowledged in the partition."""
+
+
+@dataclass(frozen=True)
+class ProduceSummary:
+    """What a finished produce job did."""
+
+    topic: str
+    rows_read: int
+    records_acked: int
+    bytes_acked: int
+    """Payload bytes acknowledged."""
+    requests: int
+    """HTTP requests, retries included."""
+    retries: int
+    """Retry rounds (a re-send of one or more failed batches)."""
+    retried_batches: int
+    retried_records: int
+    """Records re-sent: an upper bound on duplicates when no Spark task failed."""
+    duration_s: float
+    tasks: int
+    partitions: dict[int, PartitionRange] = field(default_factory=dict)
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.bytes_acked / 1e6 / self.duration_s if self.duration_s > 0 else 0.0
+
+    @property
+    def rows_per_s(self) -> float:
+        return self.records_acked / self.duration_s if self.duration_s > 0 else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "topic": self.topic,
+            "rows_read": self.rows_read,
+            "records_acked": self.records_acked,
+            "bytes_acked": self.bytes_acked,
+            "requests": self.requests,
+            "retries": self.retries,
+            "retried_batches": self.retried_batches,
+            "retried_records": self.retried_records,
+            "duration_s": round(self.duration_s, 3),
+            "mb_per_s": round(self.mb_per_s, 3),
+            "rows_per_s": round(self.rows_per_s, 1),
+            "tasks": self.tasks,
+            "delivery": "at-least-once",
+            "partitions": {
+                str(p): {"first_offset": r.first_offset, "last_offset": r.last_offset, "records": r.records}
+                for p, r in sorted(self.partitions.items())
+            },
+        }
+
+    def format(self) -> str:
+        lines = [
+            f"produce job summary: topic {self.topic}",
+            f"  rows read            {self.rows_read:,}",
+            f"  records acknowledged {self.records_acked:,} ({self.bytes_acked / 1e6:,.2f} MB payload)",
+            f"  requests             {self.requests:,} ({self.retries:,} retries, "
+            f"{self.retried_batches:,} retried batches, {self.retried_records:,} records re-sent)",
+            f"  duration             {self.duration_s:.2f} s  "
+            f"({self.rows_per_s:,.0f} rows/s, {self.mb_per_s:.2f} MB/s)",
+            f"  tasks                {self.tasks}",
+            "  acknowledged offsets per partition (inclusive):",
+        ]
+        for p, r in sorted(self.partitions.items()):
+            lines.append(f"    {p:>5}: {r.first_offset}..{r.last_offset} ({r.records:,} records)")
+        return "\n".join(lines)
+
+
+# -- input ---------------------------------------------------------------------------------
+
+
+def infer_format(paths: Sequence[str]) -> str:
+    """The input format from the paths' extensions (compression suffixes skipped)."""
+    found = set()
+    for p in paths:
+        name = p.rstrip("/").lower()
+        for suffix in _COMPRESSION:
+            if name.endswith(suffix):
+                name = name[: -len(suffix)]
+        fmt = _EXTENSIONS.get(os.path.splitext(name)[1])
+        if fmt is None:
+            raise ConfigError(
+                f"cannot infer the input format of {p!r} from its extension; pass --format "
+                f"({', '.join(FORMATS)})"
+            )
+        found.add(fmt)
+    if len(found) != 1:
+        raise ConfigError(f"inputs have different formats {sorted(found)}; pass one format with --format")
+    return found.pop()
+
+
+def load_input(
+    spark: SparkSession, paths: str | Sequence[str], input_format: str | None = None, *, csv_header: bool = True
+) -> tuple[DataFrame | _JsonLines, str]:
+    """Read the input; returns ``(source, format)`` for :func:`prepare_records`.
+    Unreadable input and malformed JSON are ConfigErrors raised here, before
+    anything is sent.
+
+    JSON lines come back as :class:`_JsonLines`: the verbatim lines (blank
+    ones dropped, as Spark's JSON reader does) and the schema Spark inferred,
+    which names the fields ``--key-column``/``--value-column`` may use.
+    """
+    from pyspark.errors import AnalysisException
+    from pyspark.sql import functions as F
+
+    paths = [paths] if isinstance(paths, str) else list(paths)
+    if not paths:
+        raise ConfigError("no input path given")
+    fmt = input_format or infer_format(paths)
+    if fmt not in FORMATS:
+        raise ConfigError(f"unknown input format {fmt!r}; use one of {', '.join(FORMATS)}")
+    try:
+        if fmt == "json":
+            # The inference pass reads every line (FAILFAST: a malformed line
+            # fails here, before any write) and gives the fields for --key-column.
+            schema = spark.read.json(paths, mode="FAILFAST").schema
+            lines = spark.read.text(paths).where(F.length(F.trim(F.col("value"))) > 0)
+            return _JsonLines(lines, schema), fmt
+        if fmt == "csv":
+            return spark.read.csv(paths, header=csv_header, mode="FAILFAST", inferSchema=False), fmt
+        if fmt == "parquet":
+            return spark.read.parquet(*paths), fmt
+        return spark.read.text(paths), fmt
+    except AnalysisException as exc:
+        raise ConfigError(f"cannot read the input {paths} as {fmt}: {_first_line(str(exc))}") from exc
+    except Exception as exc:
+        if type(exc).__name__ in ("Py4JJavaError", "SparkException", "PythonException"):
+            raise ConfigError(f"cannot read the input {paths} as {fmt}: {_spark_error_line(str(exc))}") from exc
+        raise
+
+
+class _JsonLines:
+    """JSON lines: the verbatim lines and the schema Spark inferred for them."""
+
+    def __init__(self, lines: DataFrame, schema: Any) -> None:
+        self.lines = lines
+        self.schema = schema
+
+
+def prepare_records(source: Any, options: ProduceOptions, fmt: str | None) -> DataFrame:
+    """A DataFrame of ``value`` (string or binary) and, with a key column,
+    ``key`` (string or binary): what the ``llog`` writer takes. Raises ConfigError for a
+    missing column, before anything is sent."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StructType
+
+    key, value = options.key_column, options.value_column
+    if isinstance(source, _JsonLines):
+        names = source.schema.fieldNames()
+        for opt, col in (("--key-column", key), ("--value-column", value)):
+            if col is not None and col not in names:
+                raise ConfigError(f"{opt} {col!r} is not a field of the JSON input; fields: {', '.join(names)}")
+        wanted = [c for c in dict.fromkeys((key, value)) if c is not None]
+        line = F.col("value")
+        cols = [line.alias("__llog_line")]
+        if wanted:
+            part = StructType([source.schema[c] for c in wanted])
+            cols.append(F.from_json(line, part, {"mode": "FAILFAST"}).alias("__llog_parsed"))
+        df = source.lines.select(*cols)
+        out = []
+        if key is not None:
+            out.append(_as_key(df["__llog_parsed"][key], source.schema[key].dataType).alias(KEY_COL))
+        v = df["__llog_line"] if value is None else _as_value(df["__llog_parsed"][value], source.schema[value].dataType)
+        out.append(v.alias(VALUE_COL))
+        return df.select(*out)
+
+    df = source
+    names = df.columns
+    if fmt == "text" and key is not None:
+        raise ConfigError("--key-column needs structured input (json, csv, parquet or a DataFrame), not text")
+    for opt, col in (("--key-column", key), ("--value-column", value)):
+        if col is not None and col not in names:
+            raise ConfigError(f"{opt} {col!r} is not a column of the input; columns: {', '.join(names)}")
+    out = []
+    if key is not None:
+        out.append(_as_key(_column(df, key), df.schema[key].dataType).alias(KEY_COL))
+    if value is not None:
+        v = _as_value(_column(df, value), df.schema[value].dataType)
+    elif fmt == "text":
+        v = df["value"]
+    elif not names:
+        raise ConfigError("the input has no columns")
+    else:
+        v = F.to_json(F.struct(*[_column(df, c) for c in names]), {"ignoreNullFields": "false"})
+    out.append(v.alias(VALUE_COL))
+    return df.select(*out)
+
+
+def _column(df: DataFrame, name: str) -> Any:
+    """The top-level column ``name``, even when it holds dots or spaces (CSV headers)."""
+    return df[f"`{name.replace('`', '``')}`"]
+
+
+def _as_value(col: Any, dtype: Any) -> Any:
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import ArrayType, BinaryType, MapType, StringType, StructType
+
+    if isinstance(dtype, (BinaryType, StringType)):
+        return col
+    if isinstance(dtype, (StructType, ArrayType, MapType)):
+        return F.to_json(col)
+    return col.cast("string")
+
+
+def _as_key(col: Any, dtype: Any) -> Any:
+    from pyspark.sql.types import BinaryType, StringType
+
+    # Non-string keys hash the UTF-8 bytes of their string form (not Kafka's
+    # IntegerSerializer bytes): the same key always lands in the same partition.
+    return col if isinstance(dtype, (BinaryType, StringType)) else col.cast("string")
+
+
+# -- progress ------------------------------------------------------------------------------------
+
+
+class _ProgressMonitor:
+    """Driver side: gathers task datagrams and prints a line every interval."""
+
+    def __init__(self, spark: SparkSession, job_group: str, interval_s: float, emit: Callable[[str], None]) -> None:
+        self._sc = spark.sparkContext
+        self._group = job_group
+        self._interval_s = interval_s
+        self._emit = emit
+        self._tasks: dict[str, tuple[int, int, int, int]] = {}
+        self._stop = threading.Event()
+        self._started = time.monotonic()
+        host = self._sc.getConf().get("spark.driver.host", "127.0.0.1") or "127.0.0.1"
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            self.sock.bind((host, 0))
+        except OSError:
+            self.sock.bind(("127.0.0.1", 0))
+        self.sock.settimeout(0.2)
+        self.addr: tuple[str, int] = self.sock.getsockname()
+        self._rx = threading.Thread(target=self._receive, name="llog-produce-progress-rx", daemon=True)
+        self._tx = threading.Thread(target=self._report, name="llog-produce-progress", daemon=True)
+        self._rx.start()
+        self._tx.start()
+
+    def _receive(self) -> None:
+        while not self._stop.is_set():
+            try:
+                data, _ = self.sock.recvfrom(4096)
+                key, *vals = json.loads(data)
+                self._tasks[str(key)] = tuple(int(v) for v in vals)  # type: ignore[assignment]
+            except (socket.timeout, ValueError, TypeError):
+                continue
+            except OSError:
+                return
+
+    def totals(self) -> tuple[int, int, int, int]:
+        vals = list(self._tasks.values())
+        return tuple(sum(v[i] for v in vals) for i in range(4))  # type: ignore[return-value]
+
+    def _task_counts(self) -> tuple[int, int]:
+        done = total = 0
+        try:
+            tracker = self._sc.statusTracker()
+            for job_id in tracker.getJobIdsForGroup(self._group):
+                job = tracker.getJobInfo(job_id)
+                for stage_id in job.stageIds if job else ():
+                    st = tracker.getStageInfo(stage_id)
+                    if st is not None:
+                        done += st.numCompletedTasks
+                        total += st.numTasks
+        except Exception:  # progress is best effort
+            pass
+        return done, total
+
+    def line(self) -> str:
+        records, nbytes, requests, retries = self.totals()
+        elapsed = time.monotonic() - self._started
+        done, total = self._task_counts()
+        return (
+            f"[produce] {elapsed:6.1f}s  {records:,} records ({nbytes / 1e6:,.1f} MB) acknowledged, "
+            f"{nbytes / 1e6 / elapsed if elapsed > 0 else 0:.1f} MB/s, {requests:,} requests, "
+            f"{retries:,} retries, tasks {done}/{total} done"
+        )
+
+    def _report(self) -> None:
+        while not self._stop.wait(self._interval_s):
+            self._emit(self.line())
+
+    def close(self) -> None:
+        self._stop.set()
+        self._tx.join(2)
+        self._rx.join(2)
+        self.sock.close()
+
+
+# -- the driver side ------------------------------------------------------------------------------
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else text
+
+
+_ERROR_LINE = re.compile(
+    r"^(?:[\w.]+\.)?(ProduceFailed|BrokerUnreachable|ProduceError|ValueError|ConfigError|InvalidRequest)"
+    r": (.+)$",
+    re.M,
+)
+
+
+def _spark_error_line(text: str) -> str:
+    """The most telling line of a Spark task failure: the last llog error line
+    of the Python traceback, else the first line."""
+    found = _ERROR_LINE.findall(text)
+    if found:
+        kind, msg = found[-1]
+        return f"{kind}: {msg}"
+    for line in text.splitlines():
+        if "Exception" in line or "Error" in line:
+            return line.strip()
+    return _first_line(text)
+
+
+def run_produce_job(
+    spark: SparkSession,
+    source: DataFrame | str | Sequence[str],
+    options: ProduceOptions,
+    *,
+    progress: Callable[[str], None] | None = None,
+) -> ProduceSummary:
+    """Produce every row of ``source`` (a DataFrame, or input path(s)/glob(s))
+    to ``options.topic``; returns the summary. ``progress`` gets a line every
+    ``options.progress_interval_s`` (default: printed to stderr).
+
+    Every check that can fail without sending (options, input readable,
+    columns present, at least one broker answering /health) runs first and
+    raises ConfigError / BrokerUnreachable; a failed task raises
+    ProduceJobFailed naming the broker, topic-partition and last error.
+
+    The rows go through ``df.write.format("llog")`` (the same writer users
+    call), with two internal options: where tasks send progress datagrams
+    and the file the writer's driver-side commit leaves the totals in.
+    """
+    from pyspark.sql import DataFrame
+
+    from server.spark.datasource import register
+
+    started = time.monotonic()  # the summary's duration covers reading the input too
+    emit = progress or (lambda line: print(line, file=sys.stderr, flush=True))
+    if isinstance(source, DataFrame):
+        prepared = prepare_records(source, options, "dataframe")
+    else:
+        df, fmt = load_input(spark, source, options.input_format, csv_header=options.csv_header)
+        prepared = prepare_records(df, options, fmt)
+    _require_a_broker(options)
+    register(spark)
+
+    group = f"llog-produce-{uuid.uuid4().hex[:8]}"
+    sc = spark.sparkContext
+    workdir = Path(tempfile.mkdtemp(prefix="llog-produce-"))
+    summary_path = workdir / "totals.json"
+    monitor = _ProgressMonitor(spark, group, options.progress_interval_s, emit)
+    writer = (
+        prepared.write.format("llog").mode("append")
+        .option("topic", options.topic)
+        .option("brokers", ",".join(options.brokers))
+        .option("partitions", str(options.partitions))
+        .option("maxRequestBytes", str(options.max_request_bytes))
+        .option("maxRequestRecords", str(options.max_request_records))
+        .option("maxRetries", str(options.max_retries))
+        .option("maxInFlight", str(options.max_in_flight))
+        .option("_progressAddress", f"{monitor.addr[0]}:{monitor.addr[1]}")
+        .option("_summaryPath", str(summary_path))
+    )
+    try:
+        sc.setJobGroup(group, f"llog produce job -> {options.topic}")
+        try:
+            writer.save()
+        finally:
+            sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+            sc.setLocalProperty("spark.job.description", None)  # type: ignore[arg-type]
+        duration = time.monotonic() - started
+        totals = json.loads(summary_path.read_text())
+    except Exception as exc:
+        if isinstance(exc, LlogError):
+            raise
+        records = monitor.totals()[0]
+        raise ProduceJobFailed(
+            f"the produce job failed: {_spark_error_line(str(exc))} (about {records:,} records were "
+            "acknowledged before the failure; delivery is at-least-once, so re-running may duplicate them)",
+            topic=options.topic,
+        ) from exc
+    finally:
+        monitor.close()
+        shutil.rmtree(workdir, ignore_errors=True)
+    total = ProduceStats.from_json(totals["stats"])
+    summary = ProduceSummary(
+        topic=options.topic, rows_read=totals["rows"], records_acked=total.records_acked,
+        bytes_acked=total.bytes_acked, requests=total.requests, retries=total.retries,
+        retried_batches=total.retried_batches, retried_records=total.retried_records,
+        duration_s=duration, tasks=totals["tasks"],
+        partitions={p: PartitionRange(*r) for p, r in sorted(total.ranges.items())},
+    )
+    if summary.records_acked != summary.rows_read:  # only a bug could do this; never report it as success
+        raise ProduceJobFailed(
+            f"{summary.rows_read} rows read but {summary.records_acked} records acknowledged", topic=options.topic
+        )
+    return summary
+
+
+def _require_a_broker(options: ProduceOptions) -> None:
+    health = check_brokers(parse_broker_list(options.brokers))
+    if all(err is not None for err in health.values()):
+        detail = "; ".join(f"{url}: {err}" for url, err in health.items())
+        raise BrokerUnreachable(
+            "no broker answers GET /health", broker=", ".join(health), topic=options.topic,
+            partition=-1, last_error=detail, attempts=1,
+        )
+    for url, err in health.items():
+        if err is not None:
+            log.warning("broker %s is not answering (%s); its partitions go to the others", url, err)
+
+
+# -- Spark session and CLI -------------------------------------------------------------------------
+
+
+def spark_session(
+    app_name: str = "llog", master: str | None = None, conf: dict[str, str] | None = None
+) -> SparkSession:
+    """A SparkSession for llog jobs: local[*] unless a master is given or
+    spark-submit set one, workers on this Python (``PYSPARK_PYTHON``), and
+    the ``llog`` data source registered."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName(app_name)
+    if master:
+        builder = builder.master(master)
+    elif "PYSPARK_GATEWAY_PORT" not in os.environ:  # not under spark-submit
+        builder = builder.master("local[*]")
+    defaults = {
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.execution.arrow.maxRecordsPerBatch": "10000",
+    }
+    for k, v in {**defaults, **(conf or {})}.items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    from server.spark.datasource import register
+
+    register(spark)
+    return spark
+
+
+def ship_code(spark: SparkSession) -> None:
+    """Send the ``server`` package to the executors as a zip (spark-submit on
+    a cluster has no checkout there)."""
+    root = Path(__file__).resolve().parents[1]
+    out = Path(tempfile.mkdtemp(prefix="llog-code-")) / "llog_server.zip"
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as zf:
+        for path in root.rglob("*.py"):
+            if "__pycache__" not in path.parts:
+                zf.write(path, path.relative_to(root.parent))
+    spark.sparkContext.addPyFile(str(out))
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m server.spark.produce_job",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Feed a data set to llog brokers as POST /produce requests (PySpark).",
+        epilog=(
+            "Delivery is at-least-once: when the job succeeds every row has been acknowledged,\n"
+            "but a retry after a lost answer, a 504 or a failed Spark task can append a row twice\n"
+            "(503 back-pressure retries cannot: nothing was written). The summary counts retried\n"
+            "batches and records. Exit status: 0 done, 1 produce failed, 2 bad options or input.\n\n"
+            "Also runs as: PYSPARK_PYTHON=python spark-submit server/spark/produce_job.py ..."
+        ),
+    )
+    p.add_argument("input", nargs="+", help="input path(s) or glob(s): JSON lines, CSV, Parquet or text")
+    p.add_argument("--topic", required=True, help="topic to produce to")
+    p.add_argument("--partitions", type=int, default=1, help="partition count (default 1)")
+    p.add_argument(
+        "--key-column", help="column whose value picks the partition (Kafka murmur2); default: spread evenly"
+    )
+    p.add_argument("--value-column", help="column sent as the record (default: the whole row as JSON text)")
+    p.add_argument(
+        "--brokers", action="append", required=True,
+        help="broker URL(s), comma-separated or repeated, e.g. http://127.0.0.1:8080",
+    )
+    p.add_argument("--format", choices=FORMATS, help="input format (default: from the extension)")
+    p.add_argument("--max-request-bytes", type=int, default=4 * MIB, help="largest /produce body (default 4 MiB)")
+    p.add_argument("--max-request-records", type=int, default=50_000, help="most records per request (default 50000)")
+    p.add_argument("--max-retries", type=int, default=10, help="re-sends per batch before failing (default 10)")
+    p.add_argument("--max-in-flight", type=int, default=4, help="concurrent requests per Spark task (default 4)")
+    p.add_argument("--no-csv-header", action="store_true", help="CSV input has no header line")
+    p.add_argument("--master", help="Spark master (default local[*], or what spark-submit sets)")
+    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark configuration")
+    p.add_argument("--summary-json", type=Path, help="also write the summary as JSON to this file")
+    p.add_argument("--progress-interval-s", type=float, default=5.0, help="seconds between progress lines (default 5)")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    args = parse_args(argv)
+    try:
+        options = ProduceOptions(
+            topic=args.topic,
+            brokers=tuple(b for arg in args.brokers for b in arg.split(",")),
+            partitions=args.partitions,
+            key_column=args.key_column,
+            value_column=args.value_column,
+            input_format=args.format,
+            max_request_bytes=args.max_request_bytes,
+            max_request_records=args.max_request_records,
+            max_retries=args.max_retries,
+            max_in_flight=args.max_in_flight,
+            csv_header=not args.no_csv_header,
+            progress_interval_s=args.progress_interval_s,
+        )
+        conf = {}
+        for item in args.conf:
+            k, sep, v = item.partition("=")
+            if not sep:
+                raise ConfigError(f"--conf wants KEY=VALUE, got {item!r}")
+            conf[k] = v
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    spark = spark_session("llog-produce-job", args.master, conf)
+    try:
+        spark.sparkContext.setLogLevel("ERROR")
+        ship_code(spark)
+        summary = run_produce_job(spark, args.input, options)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except LlogError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        spark.stop()
+    print(summary.format())
+    if args.summary_json:
+        args.summary_json.parent.mkdir(parents=True, exist_ok=True)
+        args.summary_json.write_text(json.dumps(summary.to_json(), indent=2) + "\n")
+        print(f"summary written to {args.summary_json}")
+    return 0
+
+
+if __name__ == "__main__":
+    from server.spark.produce_job import main as _main  # the package module, so tasks unpickle by reference
+
+    sys.exit(_main())

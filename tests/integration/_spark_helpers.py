@@ -1,0 +1,89 @@
+"""Shared pieces of the Spark integration tests.
+
+``spark`` is ONE SparkSession for the whole test session (local[2], no UI,
+2 shuffle partitions, 2 GiB driver), with the ``llog`` format registered;
+test modules import the fixture from here. Starting the JVM costs about ten
+seconds, so nothing here ever stops and restarts it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Mapping
+
+import pytest
+
+pytest.importorskip("pyspark")
+
+from server.spark.produce_job import spark_session  # noqa: E402
+
+from .conftest import BrokerClient, value_bytes  # noqa: E402
+
+SPARK_CONF = {
+    "spark.ui.enabled": "false",
+    "spark.sql.shuffle.partitions": "2",
+    "spark.default.parallelism": "2",
+    "spark.driver.memory": "2g",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.streaming.pollingDelay": "50ms",
+}
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    session = spark_session("llog-tests", "local[2]", SPARK_CONF)
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+def llog_options(env: Mapping[str, str]) -> dict[str, str]:
+    """Data source options naming the log of ``env`` (the test's LLOG_* settings)."""
+    return {
+        "oxia.serviceAddress": env["LLOG_OXIA_SERVICE_ADDRESS"],
+        "oxia.namespace": env["LLOG_OXIA_NAMESPACE"],
+        "rootPrefix": env["LLOG_ROOT_PREFIX"],
+        "s3.endpoint": env["LLOG_S3_ENDPOINT_URL"],
+        "s3.region": env["LLOG_S3_REGION_NAME"],
+        "s3.accessKeyId": env["LLOG_S3_ACCESS_KEY_ID"],
+        "s3.secretAccessKey": env["LLOG_S3_SECRET_ACCESS_KEY"],
+    }
+
+
+def write_jsonl(path: Path, rows: Iterable[dict]) -> list[str]:
+    lines = [json.dumps(r, separators=(",", ":")) for r in rows]
+    path.write_text("".join(line + "\n" for line in lines))
+    return lines
+
+
+def consume_partitions(
+    client: BrokerClient, topic: str, partitions: Iterable[int]
+) -> dict[int, list[tuple[int, bytes]]]:
+    """Every record of each partition through POST /consume (empty list for a
+    partition that was never written)."""
+    out = {}
+    for p in partitions:
+        reply = client.consume([{"topic": topic, "partition": p, "fetch_offset": 1}], max_wait_ms=0)
+        (res,) = reply.json["results"]
+        if not res["ok"] and res["error_code"] == "UNKNOWN_TOPIC_OR_PARTITION":
+            out[p] = []
+            continue
+        out[p] = client.consume_all(topic, p, max_bytes=16 * 1024 * 1024)
+    return out
+
+
+def dead_broker_url() -> str:
+    """A URL where nothing listens."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return f"http://127.0.0.1:{port}"
+
+
+__all__ = ["spark", "llog_options", "write_jsonl", "consume_partitions", "dead_broker_url", "value_bytes"]

@@ -1,0 +1,215 @@
+"""The ``llog`` Spark data source against real Oxia, S3 and brokers (Spark local[2])."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from server.spark._partitioner import partition_for_key
+
+from ._spark_helpers import consume_partitions, llog_options, spark  # noqa: F401
+
+
+
+def fill(client, topic: str, counts: dict[int, int], tag: str = "r") -> dict[int, list[bytes]]:
+    """Produce ``counts[p]`` records to each partition (in two requests, so
+    the index has several entries); returns the values per partition."""
+    values = {p: [f"{tag}-{p}-{i}".encode() for i in range(n)] for p, n in counts.items()}
+    for half in (0, 1):
+        tps = []
+        for p, vs in values.items():
+            part = vs[: len(vs) // 2] if half == 0 else vs[len(vs) // 2:]
+            if part:
+                tps.append({"topic": topic, "partition": p, "records": [v.decode() for v in part]})
+        if tps:
+            reply = client.produce(tps)
+            assert reply.status == 200, reply.body
+    return values
+
+
+def read(spark, env, **options):
+    return spark.read.format("llog").options(**llog_options(env), **options).load()
+
+
+def test_batch_read_whole_topic_bounds_and_chunks(spark, broker_factory, llog_env) -> None:
+    broker = broker_factory()
+    topic = f"br-{uuid.uuid4().hex[:8]}"
+    values = fill(broker.client, topic, {0: 25, 1: 10, 2: 3})
+
+    df = read(spark, llog_env, topic=topic)
+    assert df.schema.simpleString() == "struct<topic:string,partition:int,offset:bigint,value:binary>"
+    rows = df.collect()
+    assert sorted((r.partition, r.offset, r.value) for r in rows) == sorted(
+        (p, i + 1, v) for p, vs in values.items() for i, v in enumerate(vs)
+    )
+    assert {r.topic for r in rows} == {topic}
+
+    # One input partition per chunk of at most 4 offsets: 7 + 3 + 1.
+    chunked = read(spark, llog_env, topic=topic, maxRecordsPerPartition="4")
+    assert chunked.rdd.getNumPartitions() == 11
+    assert sorted((r.partition, r.offset) for r in chunked.collect()) == sorted((r.partition, r.offset) for r in rows)
+
+    bounded = read(
+        spark, llog_env, topic=topic, maxRecordsPerPartition="3",
+        startingOffsets='{"0": 5, "2": "latest"}', endingOffsets='{"0": 12, "1": 4}',
+    )
+    got = sorted((r.partition, r.offset, r.value) for r in bounded.collect())
+    assert got == [(0, o, values[0][o - 1]) for o in range(5, 13)] + [(1, o, values[1][o - 1]) for o in range(1, 5)]
+
+    only = read(spark, llog_env, topic=topic, partitions="1,2", startingOffsets="latest")
+    assert only.count() == 0
+
+
+def test_batch_read_bad_options_say_what_is_wrong(spark, broker_factory, llog_env) -> None:
+    broker = broker_factory()
+    topic = f"bo-{uuid.uuid4().hex[:8]}"
+    fill(broker.client, topic, {0: 3})
+    cases = [
+        ({}, 'option "topic" is required'),
+        ({"topic": topic, "startingOffsets": "{not json"}, "startingOffsets is not valid JSON"),
+        ({"topic": topic, "startingOffsets": '{"0": 0}'}, "offsets start at 1"),
+        ({"topic": topic, "endingOffsets": '{"0": 9}'}, "past the high watermark 3"),
+        ({"topic": topic, "startingOffsets": '{"7": 1}'}, r"names partition\(s\) \[7\], which are not read"),
+        ({"topic": topic, "partitions": "4"}, r"partition\(s\) \[4\] of topic .* are not initialized"),
+        ({"topic": "never-written"}, "has no initialized partitions"),
+        ({"topic": topic, "maxRecordsPerPartition": "0"}, "maxRecordsPerPartition must be >= 1"),
+    ]
+    for options, match in cases:
+        with pytest.raises(Exception, match=match):
+            read(spark, llog_env, **options).collect()
+    with pytest.raises(Exception, match="LLOG_OXIA_SERVICE_ADDRESS is not set"):
+        spark.read.format("llog").option("topic", topic).load().collect()  # no options, no env
+
+
+def test_df_write_round_trip_key_and_partition_columns(spark, broker_factory, llog_env) -> None:
+    broker = broker_factory()
+    topic = f"dw-{uuid.uuid4().hex[:8]}"
+    data = [(f"k{i % 9}", bytes([i % 256]) + f"-{i}".encode()) for i in range(300)]
+    df = spark.createDataFrame(data, "key string, value binary").repartition(2)
+    (df.write.format("llog").mode("append").option("topic", topic).option("brokers", broker.url)
+     .option("partitions", "4").option("maxRequestRecords", "50").save())
+    back = read(spark, llog_env, topic=topic).collect()
+    assert Counter(r.value for r in back) == Counter(v for _, v in data)
+    key_of = {v: k for k, v in data}
+    for r in back:
+        assert r.partition == partition_for_key(key_of[r.value], 4)
+
+    # Copy the topic: the partition column keeps each record in its partition, in order.
+    copy = f"{topic}-copy"
+    src = read(spark, llog_env, topic=topic).select("partition", "value").orderBy("partition", "offset").coalesce(1)
+    src.write.format("llog").mode("append").option("topic", copy).option("brokers", broker.url).save()
+    original = sorted((r.partition, r.offset, r.value) for r in back)
+    copied = sorted((r.partition, r.offset, r.value) for r in read(spark, llog_env, topic=copy).collect())
+    assert copied == original
+
+    # String values, no key: spread evenly over the partitions.
+    spread = f"{topic}-spread"
+    spark.createDataFrame([(f"s{i}",) for i in range(40)], "value string").coalesce(1).write.format("llog") \
+        .mode("append").option("topic", spread).option("brokers", broker.url).option("partitions", "4").save()
+    counts = Counter(r.partition for r in read(spark, llog_env, topic=spread).collect())
+    assert counts == {0: 10, 1: 10, 2: 10, 3: 10}
+
+
+def test_df_write_bad_options_fail_before_any_write(spark, broker_factory) -> None:
+    broker = broker_factory()
+    df = spark.createDataFrame([("a",)], "value string")
+
+    def write(frame, mode="append", **options):
+        frame.write.format("llog").mode(mode).options(**options).save()
+
+    with pytest.raises(Exception, match="append-only log"):
+        write(df, "overwrite", topic="t", brokers=broker.url, partitions="1")
+    with pytest.raises(Exception, match='option "brokers" is required'):
+        write(df, topic="t", partitions="1")
+    with pytest.raises(Exception, match='option "partitions" .* is required'):
+        write(df, topic="t", brokers=broker.url)
+    with pytest.raises(Exception, match="needs a 'value' column"):
+        write(spark.createDataFrame([(1,)], "v int"), topic="t", brokers=broker.url, partitions="1")
+    with pytest.raises(Exception, match="broker URL must look like"):
+        write(df, topic="t", brokers="localhost:1", partitions="1")
+    assert broker.client.counter("http_requests_total", path="/produce") == 0
+
+
+def _wait_rows(spark, path: Path, n: int, timeout_s: float = 90.0) -> int:
+    deadline = time.monotonic() + timeout_s
+    got = 0
+    while time.monotonic() < deadline:
+        try:
+            got = spark.read.parquet(str(path)).count()
+        except Exception:  # no committed file yet
+            got = 0
+        if got >= n:
+            return got
+        time.sleep(0.3)
+    return got
+
+
+def test_stream_follows_the_log_and_resumes_from_its_checkpoint(
+    spark, broker_factory, llog_env, tmp_path: Path
+) -> None:
+    broker = broker_factory()
+    topic = f"st-{uuid.uuid4().hex[:8]}"
+    out, ckpt = tmp_path / "out", tmp_path / "ckpt"
+    fill(broker.client, topic, {0: 4, 1: 4}, tag="a")
+
+    def start(**trigger):
+        return (
+            spark.readStream.format("llog").options(**llog_options(llog_env))
+            .option("topic", topic).option("startingOffsets", "earliest").option("maxRecordsPerTrigger", "7")
+            .option("partitionDiscoveryIntervalMs", "300")
+            .load()
+            .writeStream.format("parquet").option("checkpointLocation", str(ckpt)).option("path", str(out))
+            .trigger(**trigger).start()
+        )
+
+    query = start(processingTime="200 milliseconds")
+    try:
+        assert _wait_rows(spark, out, 8) == 8
+        fill(broker.client, topic, {0: 5, 1: 6, 2: 3}, tag="b")  # after the query started; partition 2 is new
+        assert _wait_rows(spark, out, 22) == 22
+    finally:
+        query.stop()
+    assert query.exception() is None
+
+    fill(broker.client, topic, {0: 2, 2: 4}, tag="c")  # while the query is down
+    query = start(availableNow=True)
+    assert query.awaitTermination(120)
+    assert query.exception() is None
+
+    rows = spark.read.parquet(str(out)).collect()
+    seen = Counter((r.partition, r.offset) for r in rows)
+    assert [k for k, c in seen.items() if c > 1] == []  # no repeat
+    expected_hw = {0: 11, 1: 10, 2: 7}
+    for p, hw in expected_hw.items():
+        assert sorted(o for q, o in seen if q == p) == list(range(1, hw + 1))  # no gap
+    by_offset = {(r.partition, r.offset): r.value for r in rows}
+    assert by_offset[(2, 1)] == b"b-2-0" and by_offset[(2, 7)] == b"c-2-3"
+
+
+def test_stream_starting_latest_skips_the_past(spark, broker_factory, llog_env, tmp_path: Path) -> None:
+    broker = broker_factory()
+    topic = f"sl-{uuid.uuid4().hex[:8]}"
+    fill(broker.client, topic, {0: 5}, tag="old")
+    query = (
+        spark.readStream.format("llog").options(**llog_options(llog_env)).option("topic", topic).load()
+        .writeStream.format("memory").queryName(f"q_{uuid.uuid4().hex[:8]}").trigger(processingTime="200 milliseconds")
+        .start()
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not query.recentProgress and time.monotonic() < deadline:  # the initial offset is taken
+            time.sleep(0.2)
+        fill(broker.client, topic, {0: 3}, tag="new")
+        rows: list = []
+        while time.monotonic() < deadline:
+            rows = spark.sql(f"select * from {query.name}").collect()
+            if len(rows) >= 3:
+                break
+            time.sleep(0.3)
+    finally:
+        query.stop()
+    assert sorted((r.offset, r.value) for r in rows) == [(6, b"new-0-0"), (7, b"new-0-1"), (8, b"new-0-2")]

@@ -1,0 +1,288 @@
+"""The produce client against scripted fake brokers (no stack): retries,
+fallback, request bounds, per-partition order, typed failures."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections import defaultdict
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable, Iterator
+
+import pytest
+
+from server._errors import ConfigError
+from server.spark._http_client import (
+    BrokerUnreachable,
+    ProduceFailed,
+    ProducerConfig,
+    ProduceStats,
+    TaskProducer,
+    encode_binary_records,
+    encode_text_records,
+    parse_broker_list,
+    rendezvous_order,
+)
+
+Script = Callable[[dict], tuple[int, dict]]
+
+
+class FakeBroker:
+    """An HTTP server whose /produce answers come from ``script(request)``;
+    by default every batch is acknowledged with consecutive offsets."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict] = []
+        self.script: Script | None = None
+        self.next_offset: dict[tuple[str, int], int] = defaultdict(lambda: 1)
+        self.lock = threading.Lock()
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:  # noqa: N802
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                with fake.lock:
+                    fake.requests.append(body)
+                    status, answer = (fake.script or fake.ack_all)(body)
+                data = json.dumps(answer).encode()
+                head = (f"HTTP/1.1 {status} X\r\nContent-Type: application/json\r\n"
+                        f"Content-Length: {len(data)}\r\n\r\n").encode()
+                self.wfile.write(head + data)  # one write: no Nagle/delayed-ACK stall
+
+            def do_GET(self) -> None:  # noqa: N802
+                data = b'{"status": "ok"}'
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
+
+    def ack(self, tp: dict) -> dict:
+        key = (tp["topic"], tp["partition"])
+        start = self.next_offset[key]
+        n = len(tp["records"])
+        self.next_offset[key] = start + n
+        return {"topic": tp["topic"], "partition": tp["partition"], "ok": True,
+                "start_offset": start, "end_offset": start + n - 1, "count": n}
+
+    def ack_all(self, body: dict) -> tuple[int, dict]:
+        results = [self.ack(tp) for tp in body["topic_partitions"]]
+        return 200, {"results": results, "success_count": len(results), "error_count": 0}
+
+    def records(self) -> dict[int, list[str]]:
+        """Records per partition in the order the broker accepted them (acked requests only)."""
+        out: dict[int, list[str]] = defaultdict(list)
+        for body in self.accepted:
+            for tp in body:
+                out[tp["partition"]].extend(tp["records"])
+        return out
+
+    accepted: list[list[dict]]
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def broker() -> Iterator[FakeBroker]:
+    b = FakeBroker()
+    b.accepted = []
+    orig = b.ack
+
+    def ack(tp: dict) -> dict:
+        b.accepted.append([tp])
+        return orig(tp)
+
+    b.ack = ack  # type: ignore[method-assign]
+    yield b
+    b.close()
+
+
+def dead_url() -> str:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # nothing listens there now
+    return f"http://127.0.0.1:{port}"
+
+
+def config(*urls: str, **kw: Any) -> ProducerConfig:
+    kw.setdefault("retry_backoff_initial_ms", 1)
+    kw.setdefault("retry_backoff_max_ms", 5)
+    return ProducerConfig(brokers=parse_broker_list(list(urls)), **kw)
+
+
+def produce(cfg: ProducerConfig, records: dict[int, list[str]], topic: str = "t") -> ProduceStats:
+    with TaskProducer(topic, cfg) as tp:
+        for p, recs in records.items():
+            frags, sizes = encode_text_records(recs)
+            tp.add([p] * len(recs), frags, sizes)
+        return tp.flush()
+
+
+def test_every_record_acknowledged_once_in_order(broker: FakeBroker) -> None:
+    recs = {p: [f"r{p}-{i}" for i in range(500)] for p in range(5)}
+    stats = produce(config(broker.url, max_request_records=64), recs)
+    assert broker.records() == recs
+    assert stats.records_acked == 2500 and stats.retries == 0
+    assert stats.ranges == {p: [1, 500, 500] for p in range(5)}
+    assert stats.bytes_acked == sum(len(r) for rs in recs.values() for r in rs)
+
+
+def test_requests_respect_byte_and_record_bounds(broker: FakeBroker) -> None:
+    recs = {p: ["x" * 300] * 200 for p in range(3)}
+    produce(config(broker.url, max_request_bytes=4096, max_request_records=10), recs)
+    for body in broker.requests:
+        assert len(json.dumps(body, separators=(",", ":"))) <= 4096
+        assert sum(len(tp["records"]) for tp in body["topic_partitions"]) <= 10
+    assert sum(len(v) for v in broker.records().values()) == 600
+
+
+def test_a_record_larger_than_the_bound_goes_alone(broker: FakeBroker) -> None:
+    produce(config(broker.url, max_request_bytes=1024), {0: ["y" * 5000, "z"]})
+    assert [len(b["topic_partitions"][0]["records"]) for b in broker.requests] == [1, 1]
+
+
+def test_binary_records_go_as_base64(broker: FakeBroker) -> None:
+    frags, sizes = encode_binary_records([b"\x00\xff", b""])
+    with TaskProducer("t", config(broker.url)) as tp:
+        tp.add([0, 0], frags, sizes)
+        stats = tp.flush()
+    assert broker.requests[0]["topic_partitions"][0]["records"] == [{"base64": "AP8="}, {"base64": ""}]
+    assert stats.bytes_acked == 2
+
+
+def test_text_records_keep_unicode_exactly(broker: FakeBroker) -> None:
+    produce(config(broker.url), {0: ["é€😀", '"quoted"\n']})
+    assert broker.requests[0]["topic_partitions"][0]["records"] == ["é€😀", '"quoted"\n']
+
+
+def test_null_record_is_an_error_not_a_drop() -> None:
+    with pytest.raises(ValueError, match="record 1 of the batch is null"):
+        encode_text_records(["a", None])
+
+
+def test_503_back_pressure_is_retried_until_accepted(broker: FakeBroker) -> None:
+    refusals = [3]
+
+    def script(body: dict) -> tuple[int, dict]:
+        if refusals[0] > 0:
+            refusals[0] -= 1
+            n = len(body["topic_partitions"])
+            res = [{"topic": tp["topic"], "partition": tp["partition"], "ok": False, "count": len(tp["records"]),
+                    "error_type": "BackPressureRejected", "error": "full", "retriable": True}
+                   for tp in body["topic_partitions"]]
+            return 503, {"results": res, "success_count": 0, "error_count": n,
+                         "error_type": "BackPressureRejected", "error": "full"}
+        return broker.ack_all(body)
+
+    broker.script = script
+    stats = produce(config(broker.url, max_in_flight=1), {0: ["a", "b"], 1: ["c"]})
+    assert stats.retries == 3 and stats.retried_batches == 6 and stats.requests == 4
+    assert broker.records() == {0: ["a", "b"], 1: ["c"]}
+
+
+def test_409_retries_only_the_failed_retriable_partition(broker: FakeBroker) -> None:
+    failed_once = [False]
+
+    def script(body: dict) -> tuple[int, dict]:
+        res = []
+        for tp in body["topic_partitions"]:
+            if tp["partition"] == 1 and not failed_once[0]:
+                failed_once[0] = True
+                res.append({"topic": tp["topic"], "partition": 1, "ok": False, "count": len(tp["records"]),
+                            "error_type": "ConcurrencyConflict", "error": "cas lost", "retriable": True})
+            else:
+                res.append(broker.ack(tp))
+        status = 200 if all(r["ok"] for r in res) else 409
+        return status, {"results": res, "error_type": "AppendFailed", "error": "x"}
+
+    broker.script = script
+    stats = produce(config(broker.url, max_in_flight=1), {0: ["a"], 1: ["b"], 2: ["c"]})
+    assert [[tp["partition"] for tp in b["topic_partitions"]] for b in broker.requests] == [[0, 1, 2], [1]]
+    assert stats.retried_batches == 1 and stats.records_acked == 3
+
+
+def test_409_non_retriable_fails_at_once_naming_broker_and_partition(broker: FakeBroker) -> None:
+    def script(body: dict) -> tuple[int, dict]:
+        res = [{"topic": "t", "partition": tp["partition"], "ok": False, "count": 1,
+                "error_type": "PartitionFenced", "error": "partition is FENCED", "retriable": False}
+               for tp in body["topic_partitions"]]
+        return 409, {"results": res, "error_type": "AppendFailed", "error": "fenced"}
+
+    broker.script = script
+    with pytest.raises(ProduceFailed) as info:
+        produce(config(broker.url, max_retries=5), {3: ["a"]})
+    err = info.value
+    assert (err.broker, err.topic, err.partition) == (broker.url, "t", 3)
+    assert (err.error_type, err.attempts) == ("PartitionFenced", 1)
+    assert "non-retriable" in str(err) and "partition is FENCED" in str(err) and broker.url in str(err)
+    assert len(broker.requests) == 1
+
+
+def test_retry_budget_exhausted_raises_with_last_error(broker: FakeBroker) -> None:
+    broker.script = lambda body: (504, {"error": "no flush outcome", "error_type": "Timeout"})
+    with pytest.raises(ProduceFailed) as info:
+        produce(config(broker.url, max_retries=2), {0: ["a"]})
+    assert info.value.attempts == 3 and info.value.status == 504
+    assert "retry budget exhausted" in str(info.value) and "no flush outcome" in str(info.value)
+    assert len(broker.requests) == 3
+
+
+def test_413_is_not_retried(broker: FakeBroker) -> None:
+    broker.script = lambda body: (413, {"error": "too big", "error_type": "RequestTooLarge"})
+    with pytest.raises(ProduceFailed, match="max_request_bytes"):
+        produce(config(broker.url), {0: ["a"]})
+    assert len(broker.requests) == 1
+
+
+def test_dead_broker_falls_back_to_the_next(broker: FakeBroker) -> None:
+    dead = dead_url()
+    cfg = config(dead, broker.url)
+    # Pick partitions so that the dead broker is preferred for some of them.
+    brokers = cfg.brokers
+    parts = [p for p in range(32) if rendezvous_order(brokers, "t", p)[0].url == dead][:3]
+    assert parts
+    stats = produce(cfg, {p: [f"v{p}"] for p in parts})
+    assert broker.records() == {p: [f"v{p}"] for p in parts}
+    assert stats.records_acked == len(parts)
+
+
+def test_all_brokers_dead_is_broker_unreachable() -> None:
+    cfg = config(dead_url(), dead_url(), max_retries=2)
+    with pytest.raises(BrokerUnreachable) as info:
+        produce(cfg, {0: ["a"]})
+    assert info.value.status is None and "cannot reach" in str(info.value)
+
+
+def test_rendezvous_is_stable_and_moves_only_the_removed_brokers_partitions() -> None:
+    three = parse_broker_list("http://a:1,http://b:2,http://c:3")
+    two = parse_broker_list("http://a:1,http://b:2")
+    first = {p: rendezvous_order(three, "orders", p)[0].url for p in range(200)}
+    assert first == {p: rendezvous_order(three, "orders", p)[0].url for p in range(200)}
+    assert set(first.values()) == {"http://a:1", "http://b:2", "http://c:3"}
+    for p, url in first.items():
+        if url != "http://c:3":
+            assert rendezvous_order(two, "orders", p)[0].url == url
+
+
+def test_config_validation() -> None:
+    with pytest.raises(ConfigError, match="http://host:port"):
+        parse_broker_list("localhost:8080")
+    with pytest.raises(ConfigError, match="at least one broker"):
+        parse_broker_list(" , ")
+    with pytest.raises(ConfigError, match="max_request_bytes"):
+        config("http://a:1", max_request_bytes=10)
+    with pytest.raises(ConfigError, match="distinct"):
+        parse_broker_list("http://a:1,http://a:1/")
