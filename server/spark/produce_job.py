@@ -47,12 +47,9 @@ import argparse
 import json
 import logging
 import os
-import re
 import shutil
-import socket
 import sys
 import tempfile
-import threading
 import time
 import uuid
 import zipfile
@@ -75,6 +72,27 @@ from server.spark._http_client import (
     parse_broker_list,
 )
 
+# Loading the input and reporting progress live in private modules; their
+# names stay importable from here.
+from server.spark._job_input import (  # noqa: F401
+    _COMPRESSION,
+    _ERROR_LINE,
+    _EXTENSIONS,
+    FORMATS,
+    KEY_COL,
+    VALUE_COL,
+    _as_key,
+    _as_value,
+    _column,
+    _first_line,
+    _JsonLines,
+    _spark_error_line,
+    infer_format,
+    load_input,
+    prepare_records,
+)
+from server.spark._job_progress import _ProgressMonitor
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
@@ -91,15 +109,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-FORMATS = ("json", "csv", "parquet", "text")
-_EXTENSIONS = {
-    ".json": "json", ".jsonl": "json", ".ndjson": "json",
-    ".csv": "csv", ".parquet": "parquet", ".pq": "parquet", ".txt": "text",
-}
-_COMPRESSION = (".gz", ".bz2", ".zst", ".lz4", ".snappy", ".deflate")
-KEY_COL = "key"
-VALUE_COL = "value"
 
 
 class ProduceJobFailed(ProduceError):
@@ -233,253 +242,7 @@ class ProduceSummary:
         return "\n".join(lines)
 
 
-# -- input ---------------------------------------------------------------------------------
-
-
-def infer_format(paths: Sequence[str]) -> str:
-    """The input format from the paths' extensions (compression suffixes skipped)."""
-    found = set()
-    for p in paths:
-        name = p.rstrip("/").lower()
-        for suffix in _COMPRESSION:
-            if name.endswith(suffix):
-                name = name[: -len(suffix)]
-        fmt = _EXTENSIONS.get(os.path.splitext(name)[1])
-        if fmt is None:
-            raise ConfigError(
-                f"cannot infer the input format of {p!r} from its extension; pass --format "
-                f"({', '.join(FORMATS)})"
-            )
-        found.add(fmt)
-    if len(found) != 1:
-        raise ConfigError(f"inputs have different formats {sorted(found)}; pass one format with --format")
-    return found.pop()
-
-
-def load_input(
-    spark: SparkSession, paths: str | Sequence[str], input_format: str | None = None, *, csv_header: bool = True
-) -> tuple[DataFrame | _JsonLines, str]:
-    """Read the input; returns ``(source, format)`` for :func:`prepare_records`.
-    Unreadable input and malformed JSON are ConfigErrors raised here, before
-    anything is sent.
-
-    JSON lines come back as :class:`_JsonLines`: the verbatim lines (blank
-    ones dropped, as Spark's JSON reader does) and the schema Spark inferred,
-    which names the fields ``--key-column``/``--value-column`` may use.
-    """
-    from pyspark.errors import AnalysisException
-    from pyspark.sql import functions as F
-
-    paths = [paths] if isinstance(paths, str) else list(paths)
-    if not paths:
-        raise ConfigError("no input path given")
-    fmt = input_format or infer_format(paths)
-    if fmt not in FORMATS:
-        raise ConfigError(f"unknown input format {fmt!r}; use one of {', '.join(FORMATS)}")
-    try:
-        if fmt == "json":
-            # The inference pass reads every line (FAILFAST: a malformed line
-            # fails here, before any write) and gives the fields for --key-column.
-            schema = spark.read.json(paths, mode="FAILFAST").schema
-            lines = spark.read.text(paths).where(F.length(F.trim(F.col("value"))) > 0)
-            return _JsonLines(lines, schema), fmt
-        if fmt == "csv":
-            return spark.read.csv(paths, header=csv_header, mode="FAILFAST", inferSchema=False), fmt
-        if fmt == "parquet":
-            return spark.read.parquet(*paths), fmt
-        return spark.read.text(paths), fmt
-    except AnalysisException as exc:
-        raise ConfigError(f"cannot read the input {paths} as {fmt}: {_first_line(str(exc))}") from exc
-    except Exception as exc:
-        if type(exc).__name__ in ("Py4JJavaError", "SparkException", "PythonException"):
-            raise ConfigError(f"cannot read the input {paths} as {fmt}: {_spark_error_line(str(exc))}") from exc
-        raise
-
-
-class _JsonLines:
-    """JSON lines: the verbatim lines and the schema Spark inferred for them."""
-
-    def __init__(self, lines: DataFrame, schema: Any) -> None:
-        self.lines = lines
-        self.schema = schema
-
-
-def prepare_records(source: Any, options: ProduceOptions, fmt: str | None) -> DataFrame:
-    """A DataFrame of ``value`` (string or binary) and, with a key column,
-    ``key`` (string or binary): what the ``llog`` writer takes. Raises ConfigError for a
-    missing column, before anything is sent."""
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import StructType
-
-    key, value = options.key_column, options.value_column
-    if isinstance(source, _JsonLines):
-        names = source.schema.fieldNames()
-        for opt, col in (("--key-column", key), ("--value-column", value)):
-            if col is not None and col not in names:
-                raise ConfigError(f"{opt} {col!r} is not a field of the JSON input; fields: {', '.join(names)}")
-        wanted = [c for c in dict.fromkeys((key, value)) if c is not None]
-        line = F.col("value")
-        cols = [line.alias("__llog_line")]
-        if wanted:
-            part = StructType([source.schema[c] for c in wanted])
-            cols.append(F.from_json(line, part, {"mode": "FAILFAST"}).alias("__llog_parsed"))
-        df = source.lines.select(*cols)
-        out = []
-        if key is not None:
-            out.append(_as_key(df["__llog_parsed"][key], source.schema[key].dataType).alias(KEY_COL))
-        v = df["__llog_line"] if value is None else _as_value(df["__llog_parsed"][value], source.schema[value].dataType)
-        out.append(v.alias(VALUE_COL))
-        return df.select(*out)
-
-    df = source
-    names = df.columns
-    if fmt == "text" and key is not None:
-        raise ConfigError("--key-column needs structured input (json, csv, parquet or a DataFrame), not text")
-    for opt, col in (("--key-column", key), ("--value-column", value)):
-        if col is not None and col not in names:
-            raise ConfigError(f"{opt} {col!r} is not a column of the input; columns: {', '.join(names)}")
-    out = []
-    if key is not None:
-        out.append(_as_key(_column(df, key), df.schema[key].dataType).alias(KEY_COL))
-    if value is not None:
-        v = _as_value(_column(df, value), df.schema[value].dataType)
-    elif fmt == "text":
-        v = df["value"]
-    elif not names:
-        raise ConfigError("the input has no columns")
-    else:
-        v = F.to_json(F.struct(*[_column(df, c) for c in names]), {"ignoreNullFields": "false"})
-    out.append(v.alias(VALUE_COL))
-    return df.select(*out)
-
-
-def _column(df: DataFrame, name: str) -> Any:
-    """The top-level column ``name``, even when it holds dots or spaces (CSV headers)."""
-    return df[f"`{name.replace('`', '``')}`"]
-
-
-def _as_value(col: Any, dtype: Any) -> Any:
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import ArrayType, BinaryType, MapType, StringType, StructType
-
-    if isinstance(dtype, (BinaryType, StringType)):
-        return col
-    if isinstance(dtype, (StructType, ArrayType, MapType)):
-        return F.to_json(col)
-    return col.cast("string")
-
-
-def _as_key(col: Any, dtype: Any) -> Any:
-    from pyspark.sql.types import BinaryType, StringType
-
-    # Non-string keys hash the UTF-8 bytes of their string form (not Kafka's
-    # IntegerSerializer bytes): the same key always lands in the same partition.
-    return col if isinstance(dtype, (BinaryType, StringType)) else col.cast("string")
-
-
-# -- progress ------------------------------------------------------------------------------------
-
-
-class _ProgressMonitor:
-    """Driver side: gathers task datagrams and prints a line every interval."""
-
-    def __init__(self, spark: SparkSession, job_group: str, interval_s: float, emit: Callable[[str], None]) -> None:
-        self._sc = spark.sparkContext
-        self._group = job_group
-        self._interval_s = interval_s
-        self._emit = emit
-        self._tasks: dict[str, tuple[int, int, int, int]] = {}
-        self._stop = threading.Event()
-        self._started = time.monotonic()
-        host = self._sc.getConf().get("spark.driver.host", "127.0.0.1") or "127.0.0.1"
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        try:
-            self.sock.bind((host, 0))
-        except OSError:
-            self.sock.bind(("127.0.0.1", 0))
-        self.sock.settimeout(0.2)
-        self.addr: tuple[str, int] = self.sock.getsockname()
-        self._rx = threading.Thread(target=self._receive, name="llog-produce-progress-rx", daemon=True)
-        self._tx = threading.Thread(target=self._report, name="llog-produce-progress", daemon=True)
-        self._rx.start()
-        self._tx.start()
-
-    def _receive(self) -> None:
-        while not self._stop.is_set():
-            try:
-                data, _ = self.sock.recvfrom(4096)
-                key, *vals = json.loads(data)
-                self._tasks[str(key)] = tuple(int(v) for v in vals)  # type: ignore[assignment]
-            except (socket.timeout, ValueError, TypeError):
-                continue
-            except OSError:
-                return
-
-    def totals(self) -> tuple[int, int, int, int]:
-        vals = list(self._tasks.values())
-        return tuple(sum(v[i] for v in vals) for i in range(4))  # type: ignore[return-value]
-
-    def _task_counts(self) -> tuple[int, int]:
-        done = total = 0
-        try:
-            tracker = self._sc.statusTracker()
-            for job_id in tracker.getJobIdsForGroup(self._group):
-                job = tracker.getJobInfo(job_id)
-                for stage_id in job.stageIds if job else ():
-                    st = tracker.getStageInfo(stage_id)
-                    if st is not None:
-                        done += st.numCompletedTasks
-                        total += st.numTasks
-        except Exception:  # progress is best effort
-            pass
-        return done, total
-
-    def line(self) -> str:
-        records, nbytes, requests, retries = self.totals()
-        elapsed = time.monotonic() - self._started
-        done, total = self._task_counts()
-        return (
-            f"[produce] {elapsed:6.1f}s  {records:,} records ({nbytes / 1e6:,.1f} MB) acknowledged, "
-            f"{nbytes / 1e6 / elapsed if elapsed > 0 else 0:.1f} MB/s, {requests:,} requests, "
-            f"{retries:,} retries, tasks {done}/{total} done"
-        )
-
-    def _report(self) -> None:
-        while not self._stop.wait(self._interval_s):
-            self._emit(self.line())
-
-    def close(self) -> None:
-        self._stop.set()
-        self._tx.join(2)
-        self._rx.join(2)
-        self.sock.close()
-
-
 # -- the driver side ------------------------------------------------------------------------------
-
-
-def _first_line(text: str) -> str:
-    return text.strip().splitlines()[0] if text.strip() else text
-
-
-_ERROR_LINE = re.compile(
-    r"^(?:[\w.]+\.)?(ProduceFailed|BrokerUnreachable|ProduceError|ValueError|ConfigError|InvalidRequest)"
-    r": (.+)$",
-    re.M,
-)
-
-
-def _spark_error_line(text: str) -> str:
-    """The most telling line of a Spark task failure: the last llog error line
-    of the Python traceback, else the first line."""
-    found = _ERROR_LINE.findall(text)
-    if found:
-        kind, msg = found[-1]
-        return f"{kind}: {msg}"
-    for line in text.splitlines():
-        if "Exception" in line or "Error" in line:
-            return line.strip()
-    return _first_line(text)
 
 
 def run_produce_job(

@@ -1,0 +1,234 @@
+"""One produce request set: ``POST /produce`` with retries and broker fallback
+(:class:`ProduceClient`; the retry table is in :mod:`server.spark._http_client`)."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import logging
+import threading
+import time
+from typing import Any, NamedTuple, Sequence
+
+from .._retry import Backoff
+from ._broker_selection import BrokerUrl, rendezvous_order
+from ._produce_batches import Batch, BatchAck, ProducerConfig, ProduceStats, encode_request
+from ._produce_errors import BrokerUnreachable, ProduceFailed
+
+__all__ = ["ProduceClient"]
+
+log = logging.getLogger(__name__)
+
+
+# -- the client ------------------------------------------------------------------------------
+
+
+class _ConnectFailed(Exception):
+    """No HTTP answer from a broker (refused, reset, timed out)."""
+
+
+class _Reply(NamedTuple):
+    status: int
+    body: dict[str, Any] | None
+    text: str
+
+
+class ProduceClient:
+    """Sends batches to the brokers with retries and fallback. Thread-safe:
+    each thread keeps its own keep-alive connection per broker."""
+
+    def __init__(self, config: ProducerConfig) -> None:
+        self.config = config
+        self._local = threading.local()
+        self._down_until: dict[str, float] = {}
+        self._order: dict[tuple[str, int], list[BrokerUrl]] = {}
+        self._lock = threading.Lock()
+        self._all_conns: list[http.client.HTTPConnection] = []
+        self._stopping = threading.Event()
+
+    # -- brokers --
+    def preferred_broker(self, topic: str, partition: int) -> BrokerUrl:
+        """The first live broker in the partition's rendezvous order."""
+        return self._candidates(topic, partition)[0]
+
+    def _candidates(self, topic: str, partition: int) -> list[BrokerUrl]:
+        now = time.monotonic()
+        with self._lock:
+            order = self._order.get((topic, partition))
+            if order is None:
+                order = self._order[(topic, partition)] = rendezvous_order(self.config.brokers, topic, partition)
+            live = [b for b in order if self._down_until.get(b.url, 0.0) <= now]
+            down = sorted((b for b in order if b not in live), key=lambda b: self._down_until[b.url])
+        return live + down
+
+    def _mark_down(self, broker: BrokerUrl, reason: str) -> None:
+        with self._lock:
+            self._down_until[broker.url] = time.monotonic() + self.config.broker_cooldown_ms / 1000.0
+        log.warning("broker %s marked down for %d ms: %s", broker.url, self.config.broker_cooldown_ms, reason)
+
+    def _conn(self, broker: BrokerUrl) -> http.client.HTTPConnection:
+        conns = getattr(self._local, "conns", None)
+        if conns is None:
+            conns = self._local.conns = {}
+        conn = conns.get(broker.url)
+        if conn is None:
+            cls = http.client.HTTPSConnection if broker.scheme == "https" else http.client.HTTPConnection
+            conn = cls(broker.host, broker.port, timeout=self.config.request_timeout_ms / 1000.0)
+            conns[broker.url] = conn
+            with self._lock:
+                self._all_conns.append(conn)
+        return conn
+
+    def _drop_conn(self, broker: BrokerUrl) -> None:
+        conn = getattr(self._local, "conns", {}).pop(broker.url, None)
+        if conn is not None:
+            conn.close()
+
+    def post(self, broker: BrokerUrl, path: str, body: bytes) -> _Reply:
+        """One POST on the thread's keep-alive connection. A reused connection
+        the server closed while idle is retried once on a fresh one; any other
+        transport failure is :class:`_ConnectFailed`."""
+        for attempt in range(2):
+            conn = self._conn(broker)
+            reused = conn.sock is not None
+            try:
+                conn.request("POST", broker.prefix + path, body=body, headers={"Content-Type": "application/json"})
+                resp = conn.getresponse()
+                data = resp.read()
+            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError) as exc:
+                self._drop_conn(broker)
+                if reused and attempt == 0:
+                    continue
+                raise _ConnectFailed(f"{type(exc).__name__}: {exc}") from exc
+            except (OSError, http.client.HTTPException) as exc:  # refused, timeout, DNS, bad status line
+                self._drop_conn(broker)
+                raise _ConnectFailed(f"{type(exc).__name__}: {exc}") from exc
+            if resp.will_close:
+                self._drop_conn(broker)
+            text = data.decode("utf-8", errors="replace")
+            try:
+                parsed = json.loads(data) if data else None
+            except ValueError:
+                parsed = None
+            return _Reply(resp.status, parsed if isinstance(parsed, dict) else None, text)
+        raise AssertionError("unreachable")
+
+    def stop(self) -> None:
+        """Make retry loops in progress give up at their next backoff."""
+        self._stopping.set()
+
+    def close(self) -> None:
+        self.stop()
+        with self._lock:
+            conns, self._all_conns = self._all_conns, []
+        for c in conns:
+            c.close()
+
+    # -- sending --
+    def send(self, batches: Sequence[Batch], stats: ProduceStats, stats_lock: threading.Lock) -> list[BatchAck]:
+        """Send ``batches`` until each is acknowledged; return the acks.
+
+        Raises :class:`ProduceFailed` (or :class:`BrokerUnreachable`) naming the
+        broker, topic-partition and last error when a batch fails for good.
+        """
+        acks: list[BatchAck] = []
+        pending = list(batches)
+        backoff = Backoff(
+            initial_ms=self.config.retry_backoff_initial_ms,
+            max_ms=self.config.retry_backoff_max_ms,
+            max_attempts=2**31,
+            max_elapsed_ms=float("inf"),
+        )
+        while pending:
+            groups: dict[BrokerUrl, list[Batch]] = {}
+            for b in pending:
+                groups.setdefault(self.preferred_broker(b.topic, b.partition), []).append(b)
+            retry: list[tuple[Batch, BrokerUrl, _Failure]] = []
+            for broker, group in groups.items():
+                for b in group:
+                    b.attempts += 1
+                got, failed = self._send_once(broker, group, stats, stats_lock)
+                acks.extend(got)
+                retry.extend((b, broker, f) for b, f in failed)
+            if not retry:
+                break
+            for b, broker, f in retry:
+                if not f.retriable or b.attempts > self.config.max_retries:
+                    cls = BrokerUnreachable if f.status is None else ProduceFailed
+                    what = "non-retriable error" if not f.retriable else "retry budget exhausted"
+                    raise cls(
+                        f"produce failed ({what})", broker=broker.url, topic=b.topic, partition=b.partition,
+                        last_error=f.error, error_type=f.error_type, status=f.status, attempts=b.attempts,
+                        retriable=f.retriable,
+                    )
+            pending = [b for b, _, _ in retry]
+            with stats_lock:
+                stats.retries += 1
+                stats.retried_batches += len(pending)
+                stats.retried_records += sum(b.count for b in pending)
+            backoff = backoff.next()
+            log.info(
+                "retrying %d batch(es) in %.0f ms: %s", len(pending), backoff.delay_s * 1000, retry[0][2].error
+            )
+            if self._stopping.wait(backoff.delay_s):
+                b = pending[0]
+                raise ProduceFailed(
+                    "produce abandoned: the producer is closing", broker=retry[0][1].url, topic=b.topic,
+                    partition=b.partition, last_error=retry[0][2].error, attempts=b.attempts, retriable=True,
+                )
+        return acks
+
+    def _send_once(
+        self, broker: BrokerUrl, batches: list[Batch], stats: ProduceStats, stats_lock: threading.Lock
+    ) -> tuple[list[BatchAck], list[tuple[Batch, _Failure]]]:
+        body = encode_request(batches)
+        with stats_lock:
+            stats.requests += 1
+        try:
+            reply = self.post(broker, "/produce", body)
+        except _ConnectFailed as exc:
+            self._mark_down(broker, str(exc))
+            f = _Failure(True, None, "ConnectionFailed", f"cannot reach {broker.url}: {exc}")
+            return [], [(b, f) for b in batches]
+        return self._classify(broker, batches, reply)
+
+    def _classify(
+        self, broker: BrokerUrl, batches: list[Batch], reply: _Reply
+    ) -> tuple[list[BatchAck], list[tuple[Batch, _Failure]]]:
+        body = reply.body or {}
+        error_type = body.get("error_type")
+        error = str(body.get("error") or reply.text[:500] or f"HTTP {reply.status}")
+        results = body.get("results")
+        if reply.status in (200, 409) or (reply.status == 503 and error_type == "BackPressureRejected"):
+            if not isinstance(results, list) or len(results) != len(batches):
+                f = _Failure(False, reply.status, "ProtocolError", f"answer does not map 1:1 to the request: {error}")
+                return [], [(b, f) for b in batches]
+            acks, failed = [], []
+            for b, res in zip(batches, results):
+                if res.get("ok"):
+                    acks.append(BatchAck(
+                        b.topic, b.partition, int(res["start_offset"]), int(res["end_offset"]),
+                        int(res.get("count", b.count)), b.payload_bytes, broker.url,
+                    ))
+                else:
+                    failed.append((b, _Failure(
+                        bool(res.get("retriable", False)), reply.status,
+                        str(res.get("error_type") or error_type), str(res.get("error") or error),
+                    )))
+            return acks, failed
+        if reply.status == 503 and error_type in ("ShuttingDown", "ProducerClosed"):
+            self._mark_down(broker, error)
+        if reply.status in (502, 503, 504):
+            f = _Failure(True, reply.status, error_type or "Unavailable", error)
+        elif reply.status == 413:
+            f = _Failure(False, reply.status, error_type, f"{error} (lower max_request_bytes / max_request_records)")
+        else:
+            f = _Failure(False, reply.status, error_type, error)
+        return [], [(b, f) for b in batches]
+
+
+class _Failure(NamedTuple):
+    retriable: bool
+    status: int | None
+    error_type: str | None
+    error: str

@@ -1,0 +1,235 @@
+"""Batch read of the ``llog`` data source: straight from Oxia + S3, one input
+partition (:class:`OffsetRange`) per chunk of a topic-partition's offsets
+(see :mod:`server.spark.datasource`)."""
+
+from __future__ import annotations
+
+import atexit
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterator, Mapping, Sequence
+
+from pyspark.sql.datasource import DataSourceReader, InputPartition
+
+from .._config import OxiaConfig
+from .._errors import ConfigError, InconsistentReadState, PartitionNotInitialized
+from .._keys import LogLayout
+from ._http_client import MIB
+from ._options import _int_opt, _opt, _partition_list, _resolve, _resolve_end, _topic, parse_offsets, storage_env
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from ..leaderless_log_reader import LeaderlessLogReader
+
+__all__ = ["LlogBatchReader", "OffsetRange", "read_range"]
+
+
+DEFAULT_CHUNK_RECORDS = 50_000
+ARROW_BATCH_RECORDS = 4096
+ARROW_BATCH_BYTES = 8 * MIB
+
+
+# -- clients -----------------------------------------------------------------------------------
+
+
+_clients: dict[tuple, LeaderlessLogReader] = {}
+_clients_lock = threading.Lock()
+
+
+def _reader_for(env: Mapping[str, str]) -> LeaderlessLogReader:
+    """A reader for these settings, shared by the tasks of this Python worker
+    (opening an Oxia client costs a few hundred milliseconds)."""
+    from ..leaderless_log_reader import LeaderlessLogReader
+
+    key = tuple(sorted(env.items()))
+    with _clients_lock:
+        reader = _clients.get(key)
+        if reader is None:
+            reader = _clients[key] = LeaderlessLogReader.from_env(env)
+        return reader
+
+
+@atexit.register
+def _close_clients() -> None:
+    with _clients_lock:
+        readers = list(_clients.values())
+        _clients.clear()
+    for r in readers:
+        try:
+            r.close()
+        except Exception:
+            pass
+
+
+class _NoObjects:
+    """An object store for metadata-only readers: planning needs high
+    watermarks, never record bytes, and skipping the S3 client saves its
+    start-up on every query plan."""
+
+    def _refuse(self, *args: object, **kwargs: object) -> None:
+        raise AssertionError("the planning reader does not read objects")
+
+    put = get = list = delete_many = _refuse
+
+    def close(self) -> None:
+        pass
+
+
+class _Log:
+    """Driver-side, metadata-only access: partition discovery and high watermarks."""
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        from .._metastore import OxiaMetadataStore
+        from ..leaderless_log_reader import LeaderlessLogReader
+
+        oxia = OxiaConfig.from_env(env)
+        self.layout = LogLayout(oxia.root_prefix)
+        self.meta = OxiaMetadataStore(oxia)
+        self.reader = LeaderlessLogReader(oxia, metadata_store=self.meta, object_store=_NoObjects())
+
+    def __enter__(self) -> _Log:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.reader.close()
+        self.meta.close()
+
+    def partitions(self, topic: str) -> list[int]:
+        """Every initialized partition of ``topic`` (one listing across shards).
+
+        Lists the topic's whole key range and keeps the ``meta/control`` keys;
+        the range also holds the index keys, which compaction keeps few."""
+        base = f"{self.layout.root}/{topic}/partitions/"
+        keys = self.meta.list_keys(base, f"{base}~/", partition_key=None)
+        tps = (self.layout.parse_control_key(k) for k in keys)
+        return sorted({tp.partition for tp in tps if tp is not None and tp.topic == topic})
+
+    def high_watermark(self, topic: str, partition: int) -> int | None:
+        """The last offset, or None for a partition that was never written."""
+        try:
+            return self.reader.high_watermark(topic, partition)
+        except PartitionNotInitialized:
+            return None
+
+
+# -- input partitions and reading ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OffsetRange(InputPartition):
+    """One input partition: offsets ``start..end`` (inclusive) of one topic-partition."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+
+def _chunks(topic: str, partition: int, start: int, end: int, size: int) -> list[OffsetRange]:
+    return [OffsetRange(topic, partition, s, min(end, s + size - 1)) for s in range(start, end + 1, size)]
+
+
+def read_range(env: Mapping[str, str], part: OffsetRange) -> Iterator[pa.RecordBatch]:
+    """The records of ``part`` as Arrow batches of the data source's schema."""
+    import pyarrow as pa
+
+    schema = pa.schema([
+        ("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()), ("value", pa.binary()),
+    ])
+    reader = _reader_for(env)
+    offsets: list[int] = []
+    values: list[bytes] = []
+    nbytes = 0
+    expected = part.start
+
+    def batch() -> pa.RecordBatch:
+        n = len(offsets)
+        return pa.RecordBatch.from_arrays(
+            [
+                pa.array([part.topic] * n, pa.string()),
+                pa.array([part.partition] * n, pa.int32()),
+                pa.array(offsets, pa.int64()),
+                pa.array(values, pa.binary()),
+            ],
+            schema=schema,
+        )
+
+    for rec in reader.iter_from(part.topic, part.partition, part.start, part.end):
+        if rec.offset != expected:
+            raise InconsistentReadState(
+                f"expected offset {expected}, read {rec.offset}", topic=part.topic, partition=part.partition,
+            )
+        expected += 1
+        offsets.append(rec.offset)
+        values.append(rec.payload)
+        nbytes += len(rec.payload)
+        if len(offsets) >= ARROW_BATCH_RECORDS or nbytes >= ARROW_BATCH_BYTES:
+            yield batch()
+            offsets, values, nbytes = [], [], 0
+    if offsets:
+        yield batch()
+    if expected != part.end + 1:
+        raise InconsistentReadState(
+            f"read offsets {part.start}..{expected - 1}, wanted up to {part.end}",
+            topic=part.topic, partition=part.partition,
+        )
+
+
+# -- batch read ------------------------------------------------------------------------------------
+
+
+class LlogBatchReader(DataSourceReader):
+    """Plans on the driver (high watermarks snapshotted once), reads on the executors."""
+
+    def __init__(self, options: Mapping[str, str]) -> None:
+        self.topic = _topic(options)
+        self.env = storage_env(options)
+        chosen = _partition_list(options)
+        start_mode, start_at = parse_offsets(
+            _opt(options, "startingOffsets"), "startingOffsets", default="earliest", allowed=("earliest", "latest")
+        )
+        end_mode, end_at = parse_offsets(
+            _opt(options, "endingOffsets"), "endingOffsets", default="latest", allowed=("latest",)
+        )
+        chunk = _int_opt(options, "maxRecordsPerPartition", DEFAULT_CHUNK_RECORDS)
+        with _Log(self.env) as lg:
+            if chosen is None:
+                chosen = lg.partitions(self.topic)
+                if not chosen:
+                    raise ConfigError(
+                        f"topic {self.topic!r} has no initialized partitions under root prefix "
+                        f"{lg.layout.root!r}; nothing to read"
+                    )
+            for name, named in (("startingOffsets", start_at), ("endingOffsets", end_at)):
+                extra = sorted(set(named) - set(chosen))
+                if extra:
+                    raise ConfigError(f"{name} names partition(s) {extra}, which are not read (reading {chosen})")
+            watermarks = {p: lg.high_watermark(self.topic, p) for p in chosen}
+            missing = [p for p, hw in watermarks.items() if hw is None]
+            if missing:
+                raise ConfigError(
+                    f"partition(s) {missing} of topic {self.topic!r} are not initialized "
+                    f"(initialized: {lg.partitions(self.topic) or 'none'})"
+                )
+            self.ranges: list[OffsetRange] = []
+            for p in chosen:
+                hw = watermarks[p] or 0
+                s = _resolve(start_at.get(p, start_mode), hw, "startingOffsets", p)
+                e = _resolve_end(end_at.get(p, end_mode), hw, p)
+                if s > e + 1:
+                    raise ConfigError(
+                        f"partition {p}: startingOffsets {s} is after endingOffsets {e} (inclusive bounds)"
+                    )
+                self.ranges.extend(_chunks(self.topic, p, s, e, chunk))
+
+    def partitions(self) -> Sequence[InputPartition]:
+        return self.ranges
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, OffsetRange):  # Spark's placeholder when there is nothing to read
+            return iter(())
+        return read_range(self.env, partition)

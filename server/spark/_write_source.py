@@ -1,0 +1,209 @@
+"""Write of the ``llog`` data source (``df.write.format("llog")``): every row
+through the brokers with the produce job's client, at least once
+(see :mod:`server.spark.datasource`)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
+
+from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
+
+from .._errors import ConfigError
+from ._http_client import (
+    MIB,
+    ProducerConfig,
+    ProduceStats,
+    TaskProducer,
+    encode_binary_records,
+    encode_text_records,
+    parse_broker_list,
+)
+from ._options import _int_opt, _opt, _topic
+from ._partitioner import KeyPartitioner
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql.types import StructType
+
+__all__ = ["LlogWriter", "LlogCommitMessage", "produce_arrow_batches"]
+
+log = logging.getLogger(__name__)
+
+
+# -- write ------------------------------------------------------------------------------------------
+
+
+def produce_arrow_batches(
+    batches: Iterator[pa.RecordBatch],
+    topic: str,
+    config: ProducerConfig,
+    *,
+    partitions: int | None,
+    value_column: str = "value",
+    key_column: str | None = None,
+    partition_column: str | None = None,
+    task_index: int = 0,
+    on_progress: Any = None,
+) -> tuple[int, ProduceStats]:
+    """Produce every row of ``batches`` (one Spark task); returns ``(rows, stats)``.
+
+    The partition of a row is its ``partition_column`` value, else Kafka's
+    murmur2 partition of its ``key_column`` value (a null key spreads like no
+    key), else round-robin starting at ``task_index``. A null value or
+    partition raises ValueError: rows are never dropped.
+    """
+    import pyarrow as pa
+
+    partitioner = KeyPartitioner(partitions or 1, start=task_index)
+    rows = 0
+    with TaskProducer(topic, config, on_progress=on_progress) as producer:
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            col = batch.column(batch.schema.get_field_index(value_column))
+            if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+                frags, sizes = encode_text_records(col.to_pylist())
+            elif pa.types.is_binary(col.type) or pa.types.is_large_binary(col.type):
+                frags, sizes = encode_binary_records(col.to_pylist())
+            else:
+                raise ValueError(f"column {value_column!r} must be string or binary, got {col.type}")
+            if partition_column is not None:
+                parts = batch.column(batch.schema.get_field_index(partition_column)).to_pylist()
+                for i, p in enumerate(parts):
+                    if p is None or p < 0 or (partitions is not None and p >= partitions):
+                        bound = f"0..{partitions - 1}" if partitions is not None else ">= 0"
+                        raise ValueError(f"row {rows + i} of the task has partition {p!r}; it must be {bound}")
+            elif key_column is not None:
+                parts = partitioner.assign(batch.column(batch.schema.get_field_index(key_column)).to_pylist())
+            else:
+                parts = partitioner.spread(batch.num_rows)
+            producer.add(parts, frags, sizes)
+            rows += batch.num_rows
+        stats = producer.flush()
+    return rows, stats
+
+
+class _ProgressSender:
+    """Task side of the produce job's progress: one small UDP datagram per
+    update to the driver (best effort; a lost datagram only delays a line)."""
+
+    def __init__(self, address: str, ctx: Any) -> None:
+        host, _, port = address.rpartition(":")
+        self.addr = (host, int(port))
+        self.key = f"{ctx.stageId()}.{ctx.partitionId()}.{ctx.attemptNumber()}" if ctx is not None else "0"
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+
+    def __call__(self, stats: ProduceStats) -> None:
+        msg = json.dumps([self.key, stats.records_acked, stats.bytes_acked, stats.requests, stats.retries])
+        try:
+            self.sock.sendto(msg.encode(), self.addr)
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@dataclass
+class LlogCommitMessage(WriterCommitMessage):
+    rows: int
+    stats: str
+    """ProduceStats as JSON."""
+
+
+class LlogWriter(DataSourceArrowWriter):
+    """``df.write.format("llog")``: every row through the brokers, at least once.
+
+    Two internal options serve the produce job: ``_progressAddress``
+    (``host:port`` for progress datagrams) and ``_summaryPath`` (a file on
+    the driver host where ``commit``/``abort`` leave the totals).
+    """
+
+    def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
+        from pyspark.sql.types import BinaryType, ByteType, IntegerType, LongType, ShortType, StringType
+
+        self.topic = _topic(options)
+        brokers = _opt(options, "brokers")
+        if not brokers:
+            raise ConfigError('option "brokers" is required to write: .option("brokers", "http://127.0.0.1:8080")')
+        self.config = ProducerConfig(
+            brokers=parse_broker_list(brokers),
+            max_request_bytes=_int_opt(options, "maxRequestBytes", 4 * MIB, 1024),
+            max_request_records=_int_opt(options, "maxRequestRecords", 50_000),
+            max_retries=_int_opt(options, "maxRetries", 10, 0),
+            max_in_flight=_int_opt(options, "maxInFlight", 4),
+        )
+        self.partitions = _int_opt(options, "partitions", None)
+        self.progress_address = _opt(options, "_progressAddress")
+        self.summary_path = _opt(options, "_summaryPath")
+        fields = {f.name: f.dataType for f in schema.fields}
+        if "value" not in fields:
+            raise ConfigError(f"the DataFrame needs a 'value' column (string or binary); it has {list(fields)}")
+        if not isinstance(fields["value"], (StringType, BinaryType)):
+            raise ConfigError(f"column 'value' must be string or binary, got {fields['value'].simpleString()}")
+        self.partition_column = "partition" if "partition" in fields else None
+        self.key_column = "key" if "key" in fields and self.partition_column is None else None
+        if self.partition_column and not isinstance(fields["partition"], (IntegerType, LongType, ShortType, ByteType)):
+            raise ConfigError(f"column 'partition' must be an integer, got {fields['partition'].simpleString()}")
+        if self.key_column and not isinstance(fields["key"], (StringType, BinaryType)):
+            raise ConfigError(f"column 'key' must be string or binary (cast it), got {fields['key'].simpleString()}")
+        if self.partition_column is None and self.partitions is None:
+            raise ConfigError(
+                'option "partitions" (the partition count) is required unless the DataFrame has a partition column'
+            )
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> LlogCommitMessage:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        reporter = _ProgressSender(self.progress_address, ctx) if self.progress_address else None
+        try:
+            rows, stats = produce_arrow_batches(
+                iterator, self.topic, self.config, partitions=self.partitions, value_column="value",
+                key_column=self.key_column, partition_column=self.partition_column,
+                task_index=ctx.partitionId() if ctx is not None else 0, on_progress=reporter,
+            )
+            if reporter is not None:
+                reporter(stats)
+        finally:
+            if reporter is not None:
+                reporter.close()
+        return LlogCommitMessage(rows, json.dumps(stats.to_json()))
+
+    def _totals(self, messages: list[WriterCommitMessage | None]) -> tuple[int, int, ProduceStats]:
+        total, rows, tasks = ProduceStats(), 0, 0
+        for m in messages:
+            if isinstance(m, LlogCommitMessage):
+                tasks += 1
+                rows += m.rows
+                total.merge(ProduceStats.from_json(json.loads(m.stats)))
+        return rows, tasks, total
+
+    def _leave_summary(self, rows: int, tasks: int, total: ProduceStats, ok: bool) -> None:
+        if self.summary_path:
+            doc = {"ok": ok, "rows": rows, "tasks": tasks, "stats": total.to_json()}
+            tmp = f"{self.summary_path}.tmp"
+            with open(tmp, "w") as f:
+                json.dump(doc, f)
+            os.replace(tmp, self.summary_path)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        rows, tasks, total = self._totals(messages)
+        self._leave_summary(rows, tasks, total, ok=True)
+        log.info(
+            "llog write to %s: %d rows, %d records acknowledged, %d requests, %d retried batches",
+            self.topic, rows, total.records_acked, total.requests, total.retried_batches,
+        )
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        rows, tasks, total = self._totals(messages)
+        self._leave_summary(rows, tasks, total, ok=False)
+        log.warning(
+            "llog write to %s failed; %d rows of completed tasks stay written (at-least-once: "
+            "re-running the write appends them again)", self.topic, rows,
+        )
