@@ -40,6 +40,8 @@ import time
 import uuid
 from contextlib import ExitStack
 from pathlib import Path
+
+from loadtest._common import stack_env
 from typing import Any, Callable
 
 REPO = Path(__file__).resolve().parent.parent
@@ -77,19 +79,6 @@ def ms(x: float) -> float:
 
 
 # -- stack and brokers -----------------------------------------------------------------
-
-
-def stack_env(stack: ExitStack) -> dict[str, str]:
-    if os.environ.get("LLOG_OXIA_SERVICE_ADDRESS"):
-        env = {k: v for k, v in os.environ.items() if k.startswith(("LLOG_", "AWS_"))}
-        env["LLOG_ROOT_PREFIX"] = f"bench-{uuid.uuid4().hex[:8]}"
-        return env
-    from server.devstack import LocalStack
-
-    print("[bench] no LLOG_OXIA_SERVICE_ADDRESS: starting a private local stack ...", flush=True)
-    data = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="llog-bench-")))
-    local = stack.enter_context(LocalStack(data))
-    return local.settings.env(root_prefix=f"bench-{uuid.uuid4().hex[:8]}")
 
 
 class Broker:

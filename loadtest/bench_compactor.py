@@ -35,10 +35,11 @@ import tempfile
 import threading
 import time
 import urllib.request
-import uuid
 from collections import deque
 from contextlib import ExitStack
 from pathlib import Path
+
+from loadtest._common import stack_env
 from typing import Callable
 
 from server._compactor_config import CompactorServiceConfig
@@ -86,19 +87,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.rate_mb <= 0:
         p.error("--rate-mb must be > 0")
     return args
-
-
-def stack_env(stack: ExitStack) -> dict[str, str]:
-    if os.environ.get("LLOG_OXIA_SERVICE_ADDRESS"):
-        env = dict(os.environ)
-        env.setdefault("LLOG_ROOT_PREFIX", f"bench-{uuid.uuid4().hex[:8]}")
-        return env
-    from server.devstack import LocalStack
-
-    print("[bench] no LLOG_OXIA_SERVICE_ADDRESS: starting a private local stack ...", flush=True)
-    data = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="llog-bench-")))
-    local = stack.enter_context(LocalStack(data))
-    return local.settings.env(root_prefix=f"bench-{uuid.uuid4().hex[:8]}")
 
 
 # -- the compactor under test ------------------------------------------------------------------

@@ -31,9 +31,10 @@ import sys
 import tempfile
 import threading
 import time
-import uuid
 from contextlib import ExitStack
 from pathlib import Path
+
+from loadtest._common import stack_env
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
@@ -57,19 +58,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--skip-two-brokers", action="store_true", help="skip the two-broker produce run")
     p.add_argument("--json", type=Path, help="also write the figures to this JSON file")
     return p.parse_args(argv)
-
-
-def stack_env(stack: ExitStack) -> dict[str, str]:
-    if os.environ.get("LLOG_OXIA_SERVICE_ADDRESS"):
-        env = {k: v for k, v in os.environ.items() if k.startswith(("LLOG_", "AWS_"))}
-    else:
-        from server.devstack import LocalStack
-
-        print("[bench] no LLOG_OXIA_SERVICE_ADDRESS: starting a private local stack ...", flush=True)
-        data = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="llog-bench-spark-")))
-        env = stack.enter_context(LocalStack(data)).settings.env()
-    env["LLOG_ROOT_PREFIX"] = f"bench-{uuid.uuid4().hex[:8]}"
-    return env
 
 
 class Broker:

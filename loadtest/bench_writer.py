@@ -19,13 +19,13 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import threading
 import time
-import uuid
 from collections import deque
 from contextlib import ExitStack
 from pathlib import Path
+
+from loadtest._common import stack_env
 
 from server._config import BatchConfig
 from server._errors import BackPressureRejected
@@ -56,19 +56,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1")
     return args
-
-
-def stack_env(stack: ExitStack) -> dict[str, str]:
-    if os.environ.get("LLOG_OXIA_SERVICE_ADDRESS"):
-        env = dict(os.environ)
-        env.setdefault("LLOG_ROOT_PREFIX", f"bench-{uuid.uuid4().hex[:8]}")
-        return env
-    from server.devstack import LocalStack
-
-    print("[bench] no LLOG_OXIA_SERVICE_ADDRESS: starting a private local stack ...", flush=True)
-    data = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="llog-bench-")))
-    local = stack.enter_context(LocalStack(data))
-    return local.settings.env(root_prefix=f"bench-{uuid.uuid4().hex[:8]}")
 
 
 def produce(args: argparse.Namespace, env: dict[str, str], metrics: LlogMetrics) -> dict[str, float]:

@@ -322,3 +322,22 @@ def client(shared_broker: BrokerProcess) -> BrokerClient:
 def unique_topic() -> str:
     return f"topic-{uuid.uuid4().hex[:10]}"
 
+
+
+
+@pytest.fixture
+def writer(llog_env):
+    """A LeaderlessLogWriter on this test's root prefix."""
+    from server.leaderless_log_writer import LeaderlessLogWriter
+
+    with LeaderlessLogWriter.from_env(llog_env) as w:
+        yield w
+
+
+@pytest.fixture
+def reader(llog_env):
+    """A LeaderlessLogReader on this test's root prefix."""
+    from server.leaderless_log_reader import LeaderlessLogReader
+
+    with LeaderlessLogReader.from_env(llog_env) as r:
+        yield r

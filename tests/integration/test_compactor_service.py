@@ -159,18 +159,6 @@ def meta(llog_env):
     store.close()
 
 
-@pytest.fixture
-def writer(llog_env):
-    with LeaderlessLogWriter.from_env(llog_env) as w:
-        yield w
-
-
-@pytest.fixture
-def reader(llog_env):
-    with LeaderlessLogReader.from_env(llog_env) as r:
-        yield r
-
-
 def layout(llog_env) -> LogLayout:
     return LogLayout(llog_env["LLOG_ROOT_PREFIX"])
 

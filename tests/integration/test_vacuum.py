@@ -34,18 +34,6 @@ class Crash(Exception):
 
 
 @pytest.fixture
-def writer(llog_env):
-    with LeaderlessLogWriter.from_env(llog_env) as w:
-        yield w
-
-
-@pytest.fixture
-def reader(llog_env):
-    with LeaderlessLogReader.from_env(llog_env) as r:
-        yield r
-
-
-@pytest.fixture
 def s3(llog_env):
     store = S3ObjectStore(S3Config.from_env(llog_env))
     yield store

@@ -35,18 +35,6 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
-def writer(llog_env):
-    with LeaderlessLogWriter.from_env(llog_env) as w:
-        yield w
-
-
-@pytest.fixture
-def reader(llog_env):
-    with LeaderlessLogReader.from_env(llog_env) as r:
-        yield r
-
-
-@pytest.fixture
 def s3(llog_env):
     client = boto3.client(
         "s3",
