@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import os
 import tempfile
+import threading
+import time
 import uuid
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Callable, Iterable
 
-__all__ = ["stack_env"]
+__all__ = ["stack_env", "run_threads"]
 
 
 def stack_env(stack: ExitStack) -> dict[str, str]:
@@ -29,3 +32,14 @@ def stack_env(stack: ExitStack) -> dict[str, str]:
         env = stack.enter_context(LocalStack(data)).settings.env()
     env["LLOG_ROOT_PREFIX"] = f"bench-{uuid.uuid4().hex[:8]}"
     return env
+
+
+def run_threads(target: Callable[..., object], args: Iterable[object], name: str = "bench") -> float:
+    """Run ``target(arg)`` on one named thread per arg; return the seconds until all finished."""
+    started = time.monotonic()
+    threads = [threading.Thread(target=target, args=(a,), name=f"{name}-{i}") for i, a in enumerate(args)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return time.monotonic() - started

@@ -41,7 +41,7 @@ import uuid
 from contextlib import ExitStack
 from pathlib import Path
 
-from loadtest._common import stack_env
+from loadtest._common import run_threads, stack_env
 from typing import Any, Callable
 
 REPO = Path(__file__).resolve().parent.parent
@@ -181,13 +181,7 @@ def produce_phase(
             records += n
             errors += bad
 
-    started = time.monotonic()
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(clients)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    elapsed = time.monotonic() - started
+    elapsed = run_threads(worker, range(clients), name="produce-client")
     return {
         "records": records,
         "seconds": round(elapsed, 2),
@@ -352,13 +346,7 @@ def consume_phase(
             total_records += n
             total_bytes += b
 
-    started = time.monotonic()
-    threads = [threading.Thread(target=worker, args=(s,)) for s in shares if s]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    elapsed = time.monotonic() - started
+    elapsed = run_threads(worker, [s for s in shares if s], name="consume-client")
     return {
         "records": total_records,
         "seconds": round(elapsed, 2),
