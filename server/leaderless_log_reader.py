@@ -15,6 +15,9 @@ blob) and decodes them, verifying length, CRC and record count.
   small read-ahead so S3 latency overlaps decoding. Entries already covered
   are skipped, which also makes the transient compaction state (a COMPACTED
   end key above WAL keys it covers) read correctly.
+- ``iter_runs``: the same scan a stored batch at a time (a ``RecordRun``),
+  decoded by a pluggable ``BatchDecoder``; the Spark source decodes to
+  positions and builds Arrow columns without a Python object per record.
 
 Offsets are inclusive everywhere; the log starts at offset 1 and the high
 watermark is ``sequence_counter - 1``. A scan reads up to the high
@@ -26,7 +29,7 @@ from __future__ import annotations
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Iterator, Mapping, Sequence
+from typing import Callable, Generic, Iterator, Mapping, Sequence, TypeVar
 
 from ._codec import BATCH_ENCODING, SHARED_MAGIC, decode_batch, decode_shared_header
 from ._config import OxiaConfig, S3Config
@@ -46,7 +49,7 @@ from ._stores import StoreClient
 from ._structs import ReadRecord
 from .leaderless_log_metrics import LlogMetrics
 
-__all__ = ["LeaderlessLogReader", "ReadRecord", "ResolvedBatch"]
+__all__ = ["BatchDecoder", "LeaderlessLogReader", "ReadRecord", "RecordRun", "ResolvedBatch"]
 
 LOG_START_OFFSET = 1
 MERGE_GAP_BYTES = 256 * 1024
@@ -64,6 +67,31 @@ class ResolvedBatch:
 
     def covers(self, offset: int) -> bool:
         return self.start_offset <= offset <= self.end_offset
+
+
+T = TypeVar("T")
+BatchDecoder = Callable[[bytes, int], T]
+"""Turns one batch's exact bytes and its index record count into records:
+:func:`~server._codec.decode_batch` (a list of payloads, the default) or
+:func:`~server._codec.decode_batch_bounds` (positions, for columnar readers).
+Raises CorruptBatch."""
+
+
+@dataclass(frozen=True)
+class RecordRun(Generic[T]):
+    """Records ``first..last`` of one decoded batch whose first record is
+    ``base_offset``: record ``o`` is item ``o - base_offset`` of ``records``."""
+
+    topic: str
+    partition: int
+    base_offset: int
+    first: int
+    last: int
+    records: T
+
+    @property
+    def count(self) -> int:
+        return self.last - self.first + 1
 
 
 class LeaderlessLogReader(StoreClient):
@@ -161,8 +189,8 @@ class LeaderlessLogReader(StoreClient):
         return ResolvedBatch(p.start_offset, p.end_offset, p.index_entry(), from_pending=True)
 
     # -- bytes -------------------------------------------------------------------
-    def fetch_batch(self, keys: PartitionKeys, batch: ResolvedBatch) -> list[bytes]:
-        """Download and decode one batch's records."""
+    def fetch_batch(self, keys: PartitionKeys, batch: ResolvedBatch, decode: BatchDecoder = decode_batch):
+        """Download and decode one batch's records (a list of payloads by default)."""
         entry = batch.entry
         bucket, key = parse_s3_uri(entry.data_key)
         if entry.byte_offset is not None and entry.byte_length is not None:
@@ -171,7 +199,7 @@ class LeaderlessLogReader(StoreClient):
             data = self._objects.get(bucket, key)
             if data[:4] == SHARED_MAGIC:
                 data = self._slice_shared(keys, data)
-        return self._decode(keys, batch, data)
+        return self._decode(keys, batch, data, decode)
 
     def fetch_many(self, items: Sequence[tuple[PartitionKeys, ResolvedBatch]]) -> list[list[bytes]]:
         """Decode many batches with as few S3 GETs as possible.
@@ -214,14 +242,14 @@ class LeaderlessLogReader(StoreClient):
     def _run_end(items: Sequence[tuple[PartitionKeys, ResolvedBatch]], run: list[int]) -> int:
         return max(items[j][1].entry.byte_offset + items[j][1].entry.byte_length for j in run)
 
-    def _decode(self, keys: PartitionKeys, batch: ResolvedBatch, data: bytes) -> list[bytes]:
+    def _decode(self, keys: PartitionKeys, batch: ResolvedBatch, data: bytes, decode: BatchDecoder = decode_batch):
         if batch.entry.encoding != BATCH_ENCODING:
             raise CorruptBatch(
                 f"unsupported encoding {batch.entry.encoding!r}",
                 topic=keys.tp.topic, partition=keys.tp.partition, offset=batch.start_offset,
             )
         try:
-            return decode_batch(data, expected_count=batch.entry.msg_count)
+            return decode(data, batch.entry.msg_count)
         except CorruptBatch as exc:
             raise CorruptBatch(
                 f"{exc.message} in {batch.entry.data_key}", topic=keys.tp.topic,
@@ -271,13 +299,7 @@ class LeaderlessLogReader(StoreClient):
         """Records from ``offset`` up to ``end`` (inclusive; default: the high
         watermark when the scan starts). Starting just past the high
         watermark yields nothing."""
-        keys = self.layout.partition(topic, partition)
-        control = self._control(keys)
-        last = control.high_watermark if end is None else min(end, control.high_watermark)
-        if offset == control.high_watermark + 1 and offset >= LOG_START_OFFSET:
-            return iter(())
-        self._check_offset(keys, control, offset)
-        return self._scan(keys, control, offset, last)
+        return _records_of(self.iter_runs(topic, partition, offset, end))
 
     def scan_batches(
         self, topic: str, partition: int, start: int, end: int, *, control: ControlRecord | None = None
@@ -335,7 +357,26 @@ class LeaderlessLogReader(StoreClient):
                 topic=keys.tp.topic, partition=keys.tp.partition, offset=next_offset,
             )
 
+    def iter_runs(
+        self, topic: str, partition: int, offset: int, end: int | None = None, *, decode: BatchDecoder = decode_batch
+    ) -> Iterator[RecordRun]:
+        """Like :meth:`iter_from`, a batch at a time: one :class:`RecordRun`
+        per batch, its records made by ``decode``. For readers that handle
+        records in bulk (the Spark source builds Arrow columns from them)."""
+        keys = self.layout.partition(topic, partition)
+        control = self._control(keys)
+        last = control.high_watermark if end is None else min(end, control.high_watermark)
+        if offset == control.high_watermark + 1 and offset >= LOG_START_OFFSET:
+            return iter(())
+        self._check_offset(keys, control, offset)
+        return self._runs(keys, control, offset, last, decode)
+
     def _scan(self, keys: PartitionKeys, control: ControlRecord, start: int, end: int) -> Iterator[ReadRecord]:
+        return _records_of(self._runs(keys, control, start, end, decode_batch))
+
+    def _runs(
+        self, keys: PartitionKeys, control: ControlRecord, start: int, end: int, decode: BatchDecoder
+    ) -> Iterator[RecordRun]:
         topic, partition = keys.tp.topic, keys.tp.partition
         inflight: deque[tuple[ResolvedBatch, Future]] = deque()
         batches = self._batches(keys, control, start, end)
@@ -346,24 +387,31 @@ class LeaderlessLogReader(StoreClient):
                 batch = next(batches, None)
                 if batch is None:
                     return
-                inflight.append((batch, self._pool.submit(self.fetch_batch, keys, batch)))
+                inflight.append((batch, self._pool.submit(self.fetch_batch, keys, batch, decode)))
 
         try:
             refill()
             while inflight:
                 batch, fut = inflight.popleft()
                 try:
-                    payloads = fut.result()
+                    records = fut.result()
                 except ObjectNotFound:
                     batch = self._compacted_cover(keys, max(next_offset, batch.start_offset))
-                    payloads = self.fetch_batch(keys, batch)
+                    records = self.fetch_batch(keys, batch, decode)
                 refill()
                 first = max(next_offset, batch.start_offset)
                 last = min(end, batch.end_offset)
-                for off in range(first, last + 1):
-                    yield ReadRecord(topic, partition, off, payloads[off - batch.start_offset])
+                if last >= first:
+                    yield RecordRun(topic, partition, batch.start_offset, first, last, records)
                 self.metrics.inc("reader_records_total", max(0, last - first + 1))
                 next_offset = last + 1
         finally:
             for _, fut in inflight:
                 fut.cancel()
+
+
+def _records_of(runs: Iterator[RecordRun[list[bytes]]]) -> Iterator[ReadRecord]:
+    for run in runs:
+        payloads, base = run.records, run.base_offset
+        for off in range(run.first, run.last + 1):
+            yield ReadRecord(run.topic, run.partition, off, payloads[off - base])

@@ -7,15 +7,16 @@ from __future__ import annotations
 import atexit
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from .._config import OxiaConfig
-from .._errors import ConfigError, InconsistentReadState, PartitionNotInitialized
+from .._errors import ConfigError, PartitionNotInitialized
 from .._keys import LogLayout
 from ._http_client import MIB
 from ._options import _int_opt, _opt, _partition_list, _resolve, _resolve_end, _topic, parse_offsets, storage_env
+from ._worker_heap import freeze_long_lived
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -26,38 +27,50 @@ __all__ = ["LlogBatchReader", "OffsetRange", "read_range"]
 
 
 DEFAULT_CHUNK_RECORDS = 50_000
-ARROW_BATCH_RECORDS = 4096
+ARROW_BATCH_RECORDS = 10_000  # Spark's default spark.sql.execution.arrow.maxRecordsPerBatch
 ARROW_BATCH_BYTES = 8 * MIB
 
 
 # -- clients -----------------------------------------------------------------------------------
 
 
-_clients: dict[tuple, LeaderlessLogReader] = {}
+_clients: dict[tuple, Any] = {}
 _clients_lock = threading.Lock()
 
 
+def _cached(kind: str, env: Mapping[str, str], factory: Callable[[Mapping[str, str]], Any]) -> Any:
+    """One client of ``kind`` per storage settings, kept for the life of this
+    Python process: Spark reuses its workers, and opening clients (an Oxia
+    connection with its shard assignments, a boto3 client) would otherwise
+    be paid again by every task and every query plan."""
+    key = (kind, *sorted(env.items()))
+    with _clients_lock:
+        client = _clients.get(key)
+        if client is None:
+            client = _clients[key] = factory(env)
+        return client
+
+
 def _reader_for(env: Mapping[str, str]) -> LeaderlessLogReader:
-    """A reader for these settings, shared by the tasks of this Python worker
-    (opening an Oxia client costs a few hundred milliseconds)."""
+    """A reader for these settings, shared by the tasks of this Python worker."""
     from ..leaderless_log_reader import LeaderlessLogReader
 
-    key = tuple(sorted(env.items()))
-    with _clients_lock:
-        reader = _clients.get(key)
-        if reader is None:
-            reader = _clients[key] = LeaderlessLogReader.from_env(env)
-        return reader
+    return _cached("reader", env, LeaderlessLogReader.from_env)
+
+
+def _log_for(env: Mapping[str, str]) -> _Log:
+    """Metadata-only access for planning, shared by the query plans of this process."""
+    return _cached("log", env, _Log)
 
 
 @atexit.register
 def _close_clients() -> None:
     with _clients_lock:
-        readers = list(_clients.values())
+        clients = list(_clients.values())
         _clients.clear()
-    for r in readers:
+    for c in clients:
         try:
-            r.close()
+            c.close()
         except Exception:
             pass
 
@@ -135,48 +148,15 @@ def _chunks(topic: str, partition: int, start: int, end: int, size: int) -> list
 
 def read_range(env: Mapping[str, str], part: OffsetRange) -> Iterator[pa.RecordBatch]:
     """The records of ``part`` as Arrow batches of the data source's schema."""
-    import pyarrow as pa
+    from .._codec import decode_batch_bounds
+    from ._arrow_records import record_batches
+    from ._worker_heap import after_first_task
 
-    schema = pa.schema([
-        ("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()), ("value", pa.binary()),
-    ])
-    reader = _reader_for(env)
-    offsets: list[int] = []
-    values: list[bytes] = []
-    nbytes = 0
-    expected = part.start
-
-    def batch() -> pa.RecordBatch:
-        n = len(offsets)
-        return pa.RecordBatch.from_arrays(
-            [
-                pa.array([part.topic] * n, pa.string()),
-                pa.array([part.partition] * n, pa.int32()),
-                pa.array(offsets, pa.int64()),
-                pa.array(values, pa.binary()),
-            ],
-            schema=schema,
-        )
-
-    for rec in reader.iter_from(part.topic, part.partition, part.start, part.end):
-        if rec.offset != expected:
-            raise InconsistentReadState(
-                f"expected offset {expected}, read {rec.offset}", topic=part.topic, partition=part.partition,
-            )
-        expected += 1
-        offsets.append(rec.offset)
-        values.append(rec.payload)
-        nbytes += len(rec.payload)
-        if len(offsets) >= ARROW_BATCH_RECORDS or nbytes >= ARROW_BATCH_BYTES:
-            yield batch()
-            offsets, values, nbytes = [], [], 0
-    if offsets:
-        yield batch()
-    if expected != part.end + 1:
-        raise InconsistentReadState(
-            f"read offsets {part.start}..{expected - 1}, wanted up to {part.end}",
-            topic=part.topic, partition=part.partition,
-        )
+    runs = _reader_for(env).iter_runs(part.topic, part.partition, part.start, part.end, decode=decode_batch_bounds)
+    return after_first_task(record_batches(
+        runs, part.topic, part.partition, part.start, part.end,
+        max_records=ARROW_BATCH_RECORDS, max_bytes=ARROW_BATCH_BYTES,
+    ))
 
 
 # -- batch read ------------------------------------------------------------------------------------
@@ -196,35 +176,36 @@ class LlogBatchReader(DataSourceReader):
             _opt(options, "endingOffsets"), "endingOffsets", default="latest", allowed=("latest",)
         )
         chunk = _int_opt(options, "maxRecordsPerPartition", DEFAULT_CHUNK_RECORDS)
-        with _Log(self.env) as lg:
-            if chosen is None:
-                chosen = lg.partitions(self.topic)
-                if not chosen:
-                    raise ConfigError(
-                        f"topic {self.topic!r} has no initialized partitions under root prefix "
-                        f"{lg.layout.root!r}; nothing to read"
-                    )
-            for name, named in (("startingOffsets", start_at), ("endingOffsets", end_at)):
-                extra = sorted(set(named) - set(chosen))
-                if extra:
-                    raise ConfigError(f"{name} names partition(s) {extra}, which are not read (reading {chosen})")
-            watermarks = {p: lg.high_watermark(self.topic, p) for p in chosen}
-            missing = [p for p, hw in watermarks.items() if hw is None]
-            if missing:
+        lg = _log_for(self.env)
+        if chosen is None:
+            chosen = lg.partitions(self.topic)
+            if not chosen:
                 raise ConfigError(
-                    f"partition(s) {missing} of topic {self.topic!r} are not initialized "
-                    f"(initialized: {lg.partitions(self.topic) or 'none'})"
+                    f"topic {self.topic!r} has no initialized partitions under root prefix "
+                    f"{lg.layout.root!r}; nothing to read"
                 )
-            self.ranges: list[OffsetRange] = []
-            for p in chosen:
-                hw = watermarks[p] or 0
-                s = _resolve(start_at.get(p, start_mode), hw, "startingOffsets", p)
-                e = _resolve_end(end_at.get(p, end_mode), hw, p)
-                if s > e + 1:
-                    raise ConfigError(
-                        f"partition {p}: startingOffsets {s} is after endingOffsets {e} (inclusive bounds)"
-                    )
-                self.ranges.extend(_chunks(self.topic, p, s, e, chunk))
+        for name, named in (("startingOffsets", start_at), ("endingOffsets", end_at)):
+            extra = sorted(set(named) - set(chosen))
+            if extra:
+                raise ConfigError(f"{name} names partition(s) {extra}, which are not read (reading {chosen})")
+        watermarks = {p: lg.high_watermark(self.topic, p) for p in chosen}
+        missing = [p for p, hw in watermarks.items() if hw is None]
+        if missing:
+            raise ConfigError(
+                f"partition(s) {missing} of topic {self.topic!r} are not initialized "
+                f"(initialized: {lg.partitions(self.topic) or 'none'})"
+            )
+        self.ranges: list[OffsetRange] = []
+        for p in chosen:
+            hw = watermarks[p] or 0
+            s = _resolve(start_at.get(p, start_mode), hw, "startingOffsets", p)
+            e = _resolve_end(end_at.get(p, end_mode), hw, p)
+            if s > e + 1:
+                raise ConfigError(
+                    f"partition {p}: startingOffsets {s} is after endingOffsets {e} (inclusive bounds)"
+                )
+            self.ranges.extend(_chunks(self.topic, p, s, e, chunk))
+        freeze_long_lived()  # this planning process is reused for later queries
 
     def partitions(self) -> Sequence[InputPartition]:
         return self.ranges

@@ -18,6 +18,7 @@ from server._codec import (
     SharedBlobPart,
     batch_encoded_size,
     decode_batch,
+    decode_batch_bounds,
     decode_shared_header,
     encode_batch,
     encode_shared_blob,
@@ -103,6 +104,37 @@ def test_empty_batch_crc_is_zero() -> None:
     assert encode_batch([]) == BATCH_MAGIC + b"\x00\x01" + b"\x00" * 14
 
 
+# --- bytes-batch-v1 as positions (decode_batch_bounds) ----------------------
+
+
+@pytest.mark.parametrize(
+    "payloads",
+    [[], [b""], GOLDEN_PAYLOADS, [bytes(range(256))] * 3, [i.to_bytes(4, "big") * (i % 7) for i in range(5_000)]],
+    ids=["no-records", "one-empty", "golden", "all-byte-values", "many"],
+)
+def test_bounds_locate_the_same_payloads_as_decode_batch(payloads: list[bytes]) -> None:
+    data = encode_batch(payloads)
+    bounds = decode_batch_bounds(data, len(payloads))
+    assert bounds.count == len(payloads)
+    assert [bounds.payload(i) for i in range(bounds.count)] == payloads
+    assert bounds.starts[0] == 0 and bounds.starts[-1] == len(data) - BATCH_HEADER_SIZE
+    # Each gap between neighbours is exactly a length prefix plus its payload.
+    assert [bounds.starts[i + 1] - bounds.starts[i] - 4 for i in range(len(payloads))] == [len(p) for p in payloads]
+
+
+def test_bounds_of_the_golden_batch() -> None:
+    bounds = decode_batch_bounds(_golden("batch-3-records.bin"), 3)
+    assert list(bounds.starts) == [0, 9, 13, 20]
+    assert bytes(bounds.records) == _golden("batch-3-records.bin")[BATCH_HEADER_SIZE:]
+
+
+def test_bounds_do_not_copy_the_records() -> None:
+    data = bytearray(encode_batch([b"abc"]))
+    bounds = decode_batch_bounds(data, 1)
+    data[-1:] = b"Z"  # a view of the caller's buffer, not a copy
+    assert bounds.payload(0) == b"abZ"
+
+
 # --- bytes-batch-v1 golden ------------------------------------------------
 
 
@@ -137,10 +169,14 @@ GOOD = encode_batch(GOLDEN_PAYLOADS)
 
 
 def _expect_corrupt(data: bytes, match: str, **kwargs) -> CorruptBatch:
+    """Both decoders refuse ``data`` with the same message."""
     with pytest.raises(CorruptBatch, match=match) as info:
         decode_batch(data, **kwargs)
     assert isinstance(info.value, LlogError)
     assert not info.value.retriable
+    with pytest.raises(CorruptBatch) as bounds_info:
+        decode_batch_bounds(data, kwargs.get("expected_count"))
+    assert bounds_info.value.message == info.value.message
     return info.value
 
 
@@ -193,6 +229,8 @@ def test_every_single_bit_flip_is_detected(bit: int) -> None:
     data[bit // 8] ^= 1 << (bit % 8)
     with pytest.raises(CorruptBatch):
         decode_batch(bytes(data), expected_count=3)
+    with pytest.raises(CorruptBatch):
+        decode_batch_bounds(bytes(data), 3)
 
 
 @pytest.mark.parametrize("expected", [0, 2, 4, 1000])

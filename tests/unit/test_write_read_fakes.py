@@ -354,3 +354,37 @@ def test_fetch_many_uses_one_get_per_blob_for_adjacent_slices(writer, reader, st
     spent = {k: v - before.get(k, 0) for k, v in objs.calls.items() if v - before.get(k, 0)}
     assert spent == {"range_get": 2}  # one span over the first blob's three slices, one for the second blob
     assert decoded == [[b"0-a", b"0-b"], [b"0-c"], [b"1-a", b"1-b"], [b"2-a", b"2-b"]]
+
+
+def test_iter_runs_hands_out_whole_batches_trimmed_to_the_range(writer, reader, stores):
+    from server._codec import decode_batch_bounds
+
+    writer.initialize_partition("orders", 0)
+    for chunk in ([b"a", b"b", b"c"], [b"d"], [b"e", b"f", b"g"]):
+        writer.append_shared([SharedAppendGroup("orders", 0, chunk)])
+    runs = list(reader.iter_runs("orders", 0, 2, 6))
+    assert [(r.base_offset, r.first, r.last, r.count) for r in runs] == [(1, 2, 3, 2), (4, 4, 4, 1), (5, 5, 6, 2)]
+    assert runs[0].records == [b"a", b"b", b"c"]  # the whole decoded batch; first/last say what is wanted
+    # Another decoder, same runs: positions instead of copies.
+    (bounded,) = reader.iter_runs("orders", 0, 7, decode=decode_batch_bounds)
+    assert (bounded.base_offset, bounded.first, bounded.last) == (5, 7, 7)
+    assert bounded.records.payload(7 - bounded.base_offset) == b"g"
+    # Just past the high watermark: nothing; further: out of range, as iter_from.
+    assert list(reader.iter_runs("orders", 0, 8)) == []
+    with pytest.raises(OffsetOutOfRange):
+        reader.iter_runs("orders", 0, 9)
+
+
+def test_iter_runs_reports_corruption_from_any_decoder(writer, reader, stores):
+    from server._codec import decode_batch_bounds
+
+    _, objs = stores
+    writer.initialize_partition("orders", 0)
+    writer.append_shared([SharedAppendGroup("orders", 0, [b"hello world"])])
+    (bucket, key), (blob, t) = next(iter(objs.objects.items()))
+    flipped = bytearray(blob)
+    flipped[-3] ^= 0x40
+    objs.objects[(bucket, key)] = (bytes(flipped), t)
+    with pytest.raises(CorruptBatch) as info:
+        list(reader.iter_runs("orders", 0, 1, decode=decode_batch_bounds))
+    assert "checksum" in str(info.value) and info.value.partition == 0
