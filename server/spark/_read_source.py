@@ -101,12 +101,6 @@ class _Log:
         self.meta = OxiaMetadataStore(oxia)
         self.reader = LeaderlessLogReader(oxia, metadata_store=self.meta, object_store=_NoObjects())
 
-    def __enter__(self) -> _Log:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     def close(self) -> None:
         self.reader.close()
         self.meta.close()
