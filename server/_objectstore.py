@@ -91,6 +91,8 @@ class S3ObjectStore:
         if isinstance(exc, ClientError):
             code = str(exc.response.get("Error", {}).get("Code", ""))
             return self._refused(op, bucket, key, code, str(exc))
+        if isinstance(exc, S3GetError) and exc.status:
+            return self._refused(op, bucket, key, exc.code, exc.message)
         return self._unreachable(op, bucket, key, exc)
 
     def _refused(self, op: str, bucket: str, key: str, code: str, detail: str) -> ObjectStoreError:
@@ -122,30 +124,24 @@ class S3ObjectStore:
         op = "get" if byte_range is None else "range_get"
         if byte_range is not None and byte_range[1] <= 0:
             return b""
-        if self._getter is not None:
-            try:
-                with self._metrics.s3_op(op):
-                    data = self._getter.get(bucket, key, byte_range)
-            except S3GetError as exc:
-                if exc.status == 0:
-                    raise self._unreachable(op, bucket, key, exc) from exc
-                raise self._refused(op, bucket, key, exc.code, exc.message) from exc
-            self._metrics.inc("s3_bytes_total", len(data), op=op)
-            return data
         try:
             with self._metrics.s3_op(op):
-                if byte_range is None:
-                    resp = self._client.get_object(Bucket=bucket, Key=key)
+                if self._getter is not None:
+                    data = self._getter.get(bucket, key, byte_range)
                 else:
-                    start, length = byte_range
-                    resp = self._client.get_object(
-                        Bucket=bucket, Key=key, Range=f"bytes={start}-{start + length - 1}"
-                    )
-                data = resp["Body"].read()
+                    data = self._boto_get(bucket, key, byte_range)
         except Exception as exc:
             raise self._fail(op, bucket, key, exc) from exc
         self._metrics.inc("s3_bytes_total", len(data), op=op)
         return data
+
+    def _boto_get(self, bucket: str, key: str, byte_range: tuple[int, int] | None) -> bytes:
+        if byte_range is None:
+            resp = self._client.get_object(Bucket=bucket, Key=key)
+        else:
+            start, length = byte_range
+            resp = self._client.get_object(Bucket=bucket, Key=key, Range=f"bytes={start}-{start + length - 1}")
+        return resp["Body"].read()
 
     def list(self, bucket: str, prefix: str) -> Iterator[ObjectInfo]:
         token = None

@@ -28,13 +28,13 @@ import datetime
 import hashlib
 import hmac
 import http.client
-import random
 import re
 import ssl
 import threading
-import time
 import urllib.parse
 from dataclasses import dataclass
+
+from ._retry import Backoff
 
 __all__ = ["S3GetError", "S3Getter", "SigV4Signer"]
 
@@ -146,9 +146,11 @@ class S3Getter:
             start, length = byte_range
             extra["range"] = f"bytes={start}-{start + length - 1}"
         last: S3GetError | None = None
+        backoff = Backoff(initial_ms=50.0, max_ms=2_000.0)
         for attempt in range(self._attempts):
             if attempt:
-                time.sleep(random.uniform(0, min(2.0, 0.05 * 2 ** attempt)))
+                backoff = backoff.next()
+                backoff.sleep()
             try:
                 conn = self._conn()
                 conn.request("GET", path, headers=self._signer.signed_headers("GET", self._netloc, path, extra))
