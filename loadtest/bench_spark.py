@@ -15,11 +15,18 @@ LLOG_OXIA_SERVICE_ADDRESS is not set. Figures only; nothing here asserts a
 speed.
 
 Both reads are measured warm, as a long-running job or broker would see
-them, and both report the median of ``--repeat`` runs (and the best): the
-Spark read after ``--warmup-reads`` full reads (the JVM's JIT keeps
-speeding Spark's planner and row code up for several queries; the first,
-cold read is printed too), ``/consume`` after the read broker has served
-the other topic once. The speedup compares the medians.
+them: Spark after ``--warmup-reads`` full reads (the JVM's JIT keeps
+compiling Spark's planner for a few dozen queries: on the 2-core VM about
+0.8 s of compiling per query at first, 0.4 s after 20 and 0.15 s after 40;
+the first, cold read and the JIT time left per timed query are printed
+too), ``/consume`` after the read broker has served the other topic once. Then ``--repeat`` rounds each time one Spark read,
+one Spark count/sum query and one ``/consume`` read, so that the machine
+getting faster or slower over the run affects both sides alike; medians
+count, and the per-round ratios are printed. The Spark read writes to
+Spark's ``noop`` sink (every value crosses into a JVM row, and nothing runs
+after the scan); the count/sum query adds a shuffle and a second stage, and
+its figure is printed beside it. Every round checks that both sides read
+every produced record and the same payload bytes.
 
     python -m loadtest.bench_spark --rows 200000 --row-bytes 1024
 """
@@ -61,11 +68,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--consume-max-bytes", type=int, default=8 * MIB, help="max_bytes per /consume request (default 8 MiB)"
     )
     p.add_argument("--batch-max-delay-ms", type=int, default=100, help="brokers' LLOG_BATCH_MAX_DELAY_MS (default 100)")
-    p.add_argument("--repeat", type=int, default=5, help="timed reads of each kind; the median counts (default 5)")
-    p.add_argument("--warmup-reads", type=int, default=6, help="untimed full Spark reads first (default 6)")
+    p.add_argument("--repeat", type=int, default=5,
+                   help="rounds of timed reads, one of each kind per round; medians count (default 5)")
+    p.add_argument("--warmup-reads", type=int, default=40,
+                   help="untimed full Spark reads before the rounds, every 8th a count/sum query "
+                        "(default 40; the first is reported as cold)")
     p.add_argument("--skip-two-brokers", action="store_true", help="skip the two-broker produce run")
     p.add_argument("--json", type=Path, help="also write the figures to this JSON file")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.warmup_reads < 1 or args.repeat < 1:
+        p.error("--warmup-reads and --repeat must be at least 1")
+    return args
 
 
 class Broker:
@@ -134,47 +147,63 @@ def _timings(runs: list[float], nbytes: int) -> dict[str, Any]:
             "best_mb_per_s": round(nbytes / 1e6 / min(runs), 1), "runs_s": [round(r, 2) for r in runs]}
 
 
-def spark_read(spark: Any, env: dict[str, str], topic: str, partitions: int, repeat: int,
-               warmup: int) -> dict[str, Any]:
-    options = {
-        "topic": topic,
-        "oxia.serviceAddress": env["LLOG_OXIA_SERVICE_ADDRESS"],
-        "rootPrefix": env["LLOG_ROOT_PREFIX"],
-    }
-    for opt, var in (("s3.endpoint", "LLOG_S3_ENDPOINT_URL"), ("s3.region", "LLOG_S3_REGION_NAME"),
-                     ("s3.accessKeyId", "LLOG_S3_ACCESS_KEY_ID"), ("s3.secretAccessKey", "LLOG_S3_SECRET_ACCESS_KEY")):
-        if env.get(var):
-            options[opt] = env[var]
+class JitClock:
+    """The driver JVM's accumulated JIT compilation time (all compiler threads)."""
 
-    def read() -> tuple[float, Any, Any]:
+    def __init__(self, spark: Any) -> None:
+        self._bean = spark._jvm.java.lang.management.ManagementFactory.getCompilationMXBean()
+        self._last = self._bean.getTotalCompilationTime()
+
+    def lap_ms(self) -> int:
+        """Milliseconds compiled since the previous lap."""
+        now = self._bean.getTotalCompilationTime()
+        lap, self._last = now - self._last, now
+        return lap
+
+
+class SparkReads:
+    """Full reads of one topic with ``spark.read.format("llog")``, timed from
+    ``load()`` (query planning, high watermarks included) to the last row."""
+
+    def __init__(self, spark: Any, env: dict[str, str], topic: str) -> None:
+        self.spark = spark
+        self.options = {
+            "topic": topic,
+            "oxia.serviceAddress": env["LLOG_OXIA_SERVICE_ADDRESS"],
+            "rootPrefix": env["LLOG_ROOT_PREFIX"],
+        }
+        for opt, var in (("s3.endpoint", "LLOG_S3_ENDPOINT_URL"), ("s3.region", "LLOG_S3_REGION_NAME"),
+                         ("s3.accessKeyId", "LLOG_S3_ACCESS_KEY_ID"),
+                         ("s3.secretAccessKey", "LLOG_S3_SECRET_ACCESS_KEY")):
+            if env.get(var):
+                self.options[opt] = env[var]
+
+    def _df(self) -> Any:
+        return self.spark.read.format("llog").options(**self.options).load()
+
+    def read(self) -> float:
+        """Every row into Spark and nowhere else: the ``noop`` sink is Spark's
+        own way to time a scan (each value still crosses from the Python
+        reader into a JVM row) without a second stage after it."""
         started = time.monotonic()
-        df = spark.read.format("llog").options(**options).load()  # planning (high watermarks) included
-        (row,) = df.selectExpr("count(*) AS n", "sum(length(value)) AS b").collect()
-        return time.monotonic() - started, row, df
+        self._df().write.format("noop").mode("overwrite").save()
+        return time.monotonic() - started
 
-    cold, row, _ = read()
-    for i in range(warmup - 1):
-        read()
-        print(f"[bench]    warm-up read {i + 2}/{warmup} done", flush=True)
-    runs = []
-    for _ in range(repeat):
-        seconds, row, df = read()
-        runs.append(seconds)
-    return {"records": row["n"], "payload_mb": round(row["b"] / 1e6, 1), **_timings(runs, row["b"]),
-            "cold_mb_per_s": round(row["b"] / 1e6 / cold, 1), "input_partitions": df.rdd.getNumPartitions()}
+    def aggregate(self) -> tuple[float, int, int]:
+        """``count(*)`` and ``sum(length(value))`` over the topic: the read
+        plus a shuffle and a final stage. Returns (seconds, records, payload
+        bytes); the counts check what the reads read."""
+        started = time.monotonic()
+        (row,) = self._df().selectExpr("count(*) AS n", "sum(length(value)) AS b").collect()
+        return time.monotonic() - started, row["n"], row["b"]
+
+    def input_partitions(self) -> int:
+        return self._df().rdd.getNumPartitions()
 
 
 def value_bytes(value: Any) -> bytes:
     """A consumed record value as bytes (a string, or {"base64": ...})."""
     return value.encode() if isinstance(value, str) else base64.b64decode(value["base64"])
-
-
-def consume_timed(port: int, topic: str, partitions: int, clients: int, max_bytes: int, repeat: int) -> dict[str, Any]:
-    """:func:`consume_all` ``repeat`` times; the median run counts."""
-    runs = [consume_all(port, topic, partitions, clients, max_bytes) for _ in range(repeat)]
-    last = runs[-1]
-    return {"records": last["records"], "payload_mb": round(last["bytes"] / 1e6, 1), "requests": last["requests"],
-            "clients": last["clients"], **_timings([r["seconds"] for r in runs], last["bytes"])}
 
 
 def consume_all(port: int, topic: str, partitions: int, clients: int, max_bytes: int) -> dict[str, Any]:
@@ -259,29 +288,60 @@ def main(argv: list[str] | None = None) -> int:
             figures["produce_two_brokers"] = two = produce(spark, work / "data", "bench-two", [b1, b2], args.partitions)
             print(f"[bench]    {two}", flush=True)
 
-        print("[bench] 3. Spark batch read of bench-one straight from Oxia + S3 ...", flush=True)
-        figures["spark_read"] = sr = spark_read(spark, env, "bench-one", args.partitions, args.repeat,
-                                                max(1, args.warmup_reads))
-        print(f"[bench]    {sr}", flush=True)
-
+        print("[bench] 3. warming up: Spark reads of bench-one straight from Oxia + S3 ...", flush=True)
+        reads = SparkReads(spark, env, "bench-one")
+        jit = JitClock(spark)
+        cold = reads.read()
+        for i in range(1, args.warmup_reads):
+            reads.aggregate() if i % 8 == 7 else reads.read()
+            if (i + 1) % 10 == 0:
+                print(f"[bench]    warm-up read {i + 1}/{args.warmup_reads} done, JIT compiling "
+                      f"{jit.lap_ms() / 10:.0f} ms per read", flush=True)
         reader = Broker(env, "read", work / "reader.log")
         stack.callback(reader.stop)
-        print(f"[bench] 4. the same topic through POST /consume, {args.consume_clients} clients "
-              "(read-role broker: empty tail cache, reads S3) ...", flush=True)
         warm_topic = "bench-two" if not args.skip_two_brokers else "bench-warmup"
         consume_all(reader.port, warm_topic, args.partitions, args.consume_clients, args.consume_max_bytes)
-        figures["consume_read"] = cr = consume_timed(
-            reader.port, "bench-one", args.partitions, args.consume_clients, args.consume_max_bytes, args.repeat
-        )
-        print(f"[bench]    {cr}", flush=True)
+
+        print(f"[bench] 4. {args.repeat} rounds, each: a Spark read (noop sink), a Spark count/sum query, and "
+              f"POST /consume with {args.consume_clients} clients (read-role broker: empty tail cache, reads S3)",
+              flush=True)
+        expected = one["rows"]
+        runs: dict[str, list[float]] = {"spark": [], "spark_aggregate": [], "consume": []}
+        jit.lap_ms()
+        for r in range(args.repeat):
+            runs["spark"].append(reads.read())
+            seconds, records, nbytes = reads.aggregate()
+            runs["spark_aggregate"].append(seconds)
+            c = consume_all(reader.port, "bench-one", args.partitions, args.consume_clients, args.consume_max_bytes)
+            runs["consume"].append(c["seconds"])
+            if records != expected or c["records"] != expected or c["bytes"] != nbytes:
+                raise SystemExit(
+                    f"bench_spark: reads disagree: produced {expected:,} records; Spark read {records:,} "
+                    f"({nbytes:,} bytes), /consume read {c['records']:,} ({c['bytes']:,} bytes)"
+                )
+            print(f"[bench]    round {r + 1}: Spark {runs['spark'][-1]:.2f} s, Spark count/sum "
+                  f"{runs['spark_aggregate'][-1]:.2f} s, /consume {c['seconds']:.2f} s", flush=True)
+        jit_ms = jit.lap_ms() / (2 * args.repeat)
+        figures["spark_read"] = sr = {
+            "records": records, "payload_mb": round(nbytes / 1e6, 1), **_timings(runs["spark"], nbytes),
+            "cold_mb_per_s": round(nbytes / 1e6 / cold, 1), "input_partitions": reads.input_partitions(),
+            "warmup_reads": args.warmup_reads, "jit_ms_per_timed_query": round(jit_ms),
+        }
+        figures["spark_read_aggregate"] = sa = _timings(runs["spark_aggregate"], nbytes)
+        figures["consume_read"] = cr = {
+            "records": c["records"], "requests": c["requests"], "clients": c["clients"],
+            **_timings(runs["consume"], nbytes),
+        }
         reader1 = Broker(env, "read", work / "reader-1.log")
         stack.callback(reader1.stop)
         print("[bench] 5. the same topic through POST /consume, one client (another fresh broker) ...", flush=True)
-        figures["consume_read_one_client"] = c1 = consume_timed(
-            reader1.port, "bench-one", args.partitions, 1, args.consume_max_bytes, 1
-        )
-        print(f"[bench]    {c1}", flush=True)
+        c = consume_all(reader1.port, "bench-one", args.partitions, 1, args.consume_max_bytes)
+        figures["consume_read_one_client"] = c1 = {"records": c["records"], "requests": c["requests"],
+                                                   **_timings([c["seconds"]], nbytes)}
+        ratios = [c_s / s_s for s_s, c_s in zip(runs["spark"], runs["consume"])]
         figures["spark_read_speedup_vs_consume"] = round(sr["mb_per_s"] / cr["mb_per_s"], 2)
+        figures["spark_read_speedup_per_round"] = [round(x, 2) for x in ratios]
+        figures["spark_aggregate_speedup_vs_consume"] = round(sa["mb_per_s"] / cr["mb_per_s"], 2)
         figures["spark_read_speedup_vs_one_consumer"] = round(sr["mb_per_s"] / c1["mb_per_s"], 2)
 
     print("\n== bench_spark figures ==")
@@ -293,15 +353,21 @@ def main(argv: list[str] | None = None) -> int:
             print(f"produce job ({f['brokers']} broker{'s' if f['brokers'] > 1 else ''})  {f['rows_per_s']:,} rows/s, "
                   f"{f['mb_per_s']} MB/s ({f['payload_mb']} MB in {f['seconds']} s, {f['requests']} requests, "
                   f"{f['retries']} retries)")
-    print(f"Spark read (S3)     {sr['mb_per_s']} MB/s median of {args.repeat}, best {sr['best_mb_per_s']}, "
-          f"cold first read {sr['cold_mb_per_s']} ({sr['records']:,} records, {sr['payload_mb']} MB in "
-          f"{sr['seconds']} s, {sr['input_partitions']} input partitions)")
+    print(f"Spark read (S3)     {sr['mb_per_s']} MB/s median of {args.repeat}, best {sr['best_mb_per_s']} "
+          f"({sr['records']:,} records, {sr['payload_mb']} MB in {sr['seconds']} s, {sr['input_partitions']} input "
+          f"partitions, noop sink, after {args.warmup_reads} warm-up reads; the first, cold read: "
+          f"{sr['cold_mb_per_s']} MB/s; JIT still compiling {sr['jit_ms_per_timed_query']} ms per timed query)")
+    print(f"Spark count/sum     {sa['mb_per_s']} MB/s median of {args.repeat}, best {sa['best_mb_per_s']} "
+          f"(the read plus a shuffle and a second stage)")
     print(f"/consume read       {cr['mb_per_s']} MB/s median of {args.repeat}, best {cr['best_mb_per_s']} "
           f"({cr['records']:,} records in {cr['seconds']} s, {cr['clients']} clients, {cr['requests']} requests)")
     print(f"/consume read       {c1['mb_per_s']} MB/s, one client, one cold run ({c1['records']:,} records in "
           f"{c1['seconds']} s, {c1['requests']} requests)")
-    print(f"Spark / consume     {figures['spark_read_speedup_vs_consume']}x against {cr['clients']} clients "
-          f"(medians), {figures['spark_read_speedup_vs_one_consumer']}x against one")
+    per_round = figures["spark_read_speedup_per_round"]
+    print(f"Spark / consume     {figures['spark_read_speedup_vs_consume']}x (medians; per round "
+          f"{min(per_round)}x..{max(per_round)}x) against {cr['clients']} clients; count/sum query "
+          f"{figures['spark_aggregate_speedup_vs_consume']}x; "
+          f"{figures['spark_read_speedup_vs_one_consumer']}x against one client")
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2) + "\n")
     return 0

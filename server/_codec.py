@@ -183,13 +183,17 @@ def decode_batch_bounds(data: bytes | memoryview, expected_count: int | None = N
     unpack = _U32.unpack_from
     pos = 0
     end = len(records)
-    for i in range(1, count + 1):
-        if pos + 4 > end:
-            raise CorruptBatch("batch records section ends inside a length prefix")
-        pos += 4 + unpack(records, pos)[0]
-        if pos > end:
-            raise CorruptBatch("batch records section ends inside a record")
-        starts[i] = pos
+    # Bounds are checked once, after the walk or when unpack_from runs off
+    # the end: per record, this loop is the batch read's hottest Python code.
+    try:
+        for i in range(1, count + 1):
+            pos += 4 + unpack(records, pos)[0]
+            starts[i] = pos
+    except struct.error:
+        where = "a record" if pos > end else "a length prefix"
+        raise CorruptBatch(f"batch records section ends inside {where}") from None
+    if pos > end:
+        raise CorruptBatch("batch records section ends inside a record")
     if pos != end:
         raise CorruptBatch(f"{end - pos} trailing bytes after {count} records")
     return BatchBounds(records, starts)

@@ -27,8 +27,7 @@ from server._config import OxiaConfig
 from server._keys import LogLayout, TopicPartition
 from server._metastore import OxiaMetadataStore
 from server._records import CompactionCursor, CompactorClaim, ControlRecord, IndexEntry
-from server.leaderless_log_reader import LeaderlessLogReader
-from server.leaderless_log_writer import LeaderlessLogWriter, SharedAppendGroup
+from server.leaderless_log_writer import SharedAppendGroup
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]

@@ -402,3 +402,8 @@ def test_shared_unknown_version_is_rejected() -> None:
     header = GOOD_BLOB[8:].split(b"LLB1")[0].replace(b'"version":1', b'"version":2')
     with pytest.raises(CorruptBatch):
         decode_shared_header(SHARED_MAGIC + struct.pack(">I", len(header)) + header)
+
+
+def test_a_record_running_past_the_end_before_the_last_one() -> None:
+    records = struct.pack(">I", 100) + b"short" + struct.pack(">I", 1) + b"x"
+    _expect_corrupt(_with_valid_crc((BATCH_MAGIC, 1, 0, 2), records), "inside a record")
