@@ -293,7 +293,10 @@ def main(argv: list[str] | None = None) -> int:
         jit = JitClock(spark)
         cold = reads.read()
         for i in range(1, args.warmup_reads):
-            reads.aggregate() if i % 8 == 7 else reads.read()
+            if i % 8 == 7:
+                reads.aggregate()
+            else:
+                reads.read()
             if (i + 1) % 10 == 0:
                 print(f"[bench]    warm-up read {i + 1}/{args.warmup_reads} done, JIT compiling "
                       f"{jit.lap_ms() / 10:.0f} ms per read", flush=True)
@@ -336,6 +339,9 @@ def main(argv: list[str] | None = None) -> int:
         stack.callback(reader1.stop)
         print("[bench] 5. the same topic through POST /consume, one client (another fresh broker) ...", flush=True)
         c = consume_all(reader1.port, "bench-one", args.partitions, 1, args.consume_max_bytes)
+        if c["records"] != expected or c["bytes"] != nbytes:
+            raise SystemExit(f"bench_spark: one /consume client read {c['records']:,} records ({c['bytes']:,} bytes), "
+                             f"expected {expected:,} ({nbytes:,} bytes)")
         figures["consume_read_one_client"] = c1 = {"records": c["records"], "requests": c["requests"],
                                                    **_timings([c["seconds"]], nbytes)}
         ratios = [c_s / s_s for s_s, c_s in zip(runs["spark"], runs["consume"])]

@@ -30,7 +30,7 @@ DEFAULT_CHUNK_RECORDS = 50_000
 ARROW_BATCH_RECORDS = 10_000  # Spark's default spark.sql.execution.arrow.maxRecordsPerBatch
 # Spark's JVM reads each Arrow batch into one buffer from a netty pool of
 # 4 MiB chunks; a bigger batch is allocated from and given back to the OS
-# every time (15k page faults per 200 MB read, a sixth of the JVM's CPU).
+# every time (15k page faults per 200 MB read, a fifth of the JVM's CPU).
 ARROW_BATCH_BYTES = 2 * MIB
 
 

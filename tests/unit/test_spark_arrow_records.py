@@ -4,6 +4,10 @@ and the worker heap freeze (server/spark/_worker_heap.py), over the fakes."""
 from __future__ import annotations
 
 import gc
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -121,13 +125,13 @@ print(faults() - before)
 """
 
 
-@pytest.mark.skipif(not __import__("sys").platform.startswith("linux"), reason="glibc's mallopt")
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
 def test_a_reading_worker_keeps_freed_memory_instead_of_faulting_it_in_again():
-    import subprocess
-    import sys
+    repo = str(Path(__file__).resolve().parents[2])
 
     def faults(mode: str) -> int:
-        out = subprocess.run([sys.executable, "-c", _CHURN, mode], capture_output=True, text=True, check=True)
+        out = subprocess.run([sys.executable, "-c", _CHURN, mode], capture_output=True, text=True, check=True,
+                             cwd=repo, env={**os.environ, "PYTHONPATH": repo})
         return int(out.stdout)
 
     default, tuned = faults("default"), faults("tuned")
