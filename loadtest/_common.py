@@ -9,7 +9,11 @@ from empty partitions and never writes into an existing log.
 
 from __future__ import annotations
 
+import json
 import os
+import signal
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -18,7 +22,9 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Callable, Iterable
 
-__all__ = ["stack_env", "run_threads"]
+__all__ = ["Broker", "stack_env", "run_threads"]
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 def stack_env(stack: ExitStack) -> dict[str, str]:
@@ -43,3 +49,34 @@ def run_threads(target: Callable[..., object], args: Iterable[object], name: str
     for t in threads:
         t.join()
     return time.monotonic() - started
+
+
+class Broker:
+    """One broker process (``--role``) on a free port, logging to ``log_path``;
+    it gets SIGTERM if the benchmark dies (see ``die_with_parent_argv``)."""
+
+    def __init__(self, env: dict[str, str], role: str, log_path: Path) -> None:
+        from server.devstack import die_with_parent_argv
+
+        self._log = open(log_path, "wb")
+        self.proc = subprocess.Popen(
+            die_with_parent_argv([sys.executable, "-m", "server.leaderless_log_broker", "--port", "0",
+                                  "--role", role, "--log-level", "WARNING"]),
+            env={**os.environ, **env, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE, stderr=self._log,
+        )
+        line = self.proc.stdout.readline() if self.proc.stdout else b""
+        if not line:
+            self.stop()
+            raise RuntimeError(f"broker did not start; see {log_path}")
+        self.port = json.loads(line)["port"]
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()

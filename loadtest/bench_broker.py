@@ -27,12 +27,9 @@ import argparse
 import http.client
 import json
 import multiprocessing
-import os
 import queue
 import random
-import signal
 import string
-import subprocess
 import sys
 import tempfile
 import threading
@@ -41,10 +38,9 @@ import uuid
 from contextlib import ExitStack
 from pathlib import Path
 
-from loadtest._common import run_threads, stack_env
+from loadtest._common import Broker, run_threads, stack_env
 from typing import Any, Callable
 
-REPO = Path(__file__).resolve().parent.parent
 MIB = 1024 * 1024
 
 
@@ -79,25 +75,6 @@ def ms(x: float) -> float:
 
 
 # -- stack and brokers -----------------------------------------------------------------
-
-
-class Broker:
-    def __init__(self, env: dict[str, str], role: str, log_path: Path) -> None:
-        self._log = open(log_path, "wb")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "server.leaderless_log_broker", "--port", "0", "--role", role, "--log-level", "WARNING"],
-            env={**os.environ, **env, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE, stderr=self._log,
-        )
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"broker did not start; see {log_path}")
-        self.port = json.loads(line)["port"]
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            self.proc.wait(30)
-        self._log.close()
 
 
 class Client:

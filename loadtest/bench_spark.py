@@ -37,10 +37,7 @@ import argparse
 import base64
 import http.client
 import json
-import os
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -48,7 +45,7 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
-from loadtest._common import stack_env
+from loadtest._common import Broker, stack_env
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
@@ -79,32 +76,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.warmup_reads < 1 or args.repeat < 1:
         p.error("--warmup-reads and --repeat must be at least 1")
     return args
-
-
-class Broker:
-    """One broker subprocess on a free port."""
-
-    def __init__(self, env: dict[str, str], role: str, log_path: Path) -> None:
-        self._log = open(log_path, "wb")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "server.leaderless_log_broker", "--port", "0", "--role", role,
-             "--log-level", "WARNING"],
-            env={**os.environ, **env, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE, stderr=self._log,
-        )
-        line = self.proc.stdout.readline() if self.proc.stdout else b""
-        if not line:
-            raise RuntimeError(f"broker did not start; see {log_path}")
-        self.port = json.loads(line)["port"]
-        self.url = f"http://127.0.0.1:{self.port}"
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-        self._log.close()
 
 
 def make_dataset(spark: Any, path: Path, rows: int, row_bytes: int) -> tuple[int, int]:

@@ -379,13 +379,16 @@ def serve(config: BrokerConfig, env: Mapping[str, str], stop: threading.Event) -
         raise
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, name="llog-broker-http")
     thread.start()
-    # One machine-readable line on stdout: how tests and scripts learn the port.
-    print(json.dumps({
-        "event": "listening", "broker_id": config.broker_id, "role": config.role,
-        "host": config.host, "port": broker.port, "tail_cache": broker.cache.mode,
-    }), flush=True)
-    log.info("broker %s (role %s) listening on http://%s:%d", config.broker_id, config.role, config.host, broker.port)
     try:
+        # One machine-readable line on stdout: how tests and scripts learn the
+        # port. If nobody reads it any more (the parent died: BrokenPipeError)
+        # the broker shuts down rather than serve on, unannounced.
+        print(json.dumps({
+            "event": "listening", "broker_id": config.broker_id, "role": config.role,
+            "host": config.host, "port": broker.port, "tail_cache": broker.cache.mode,
+        }), flush=True)
+        log.info("broker %s (role %s) listening on http://%s:%d", config.broker_id, config.role, config.host,
+                 broker.port)
         stop.wait()
     finally:
         log.info("broker %s shutting down", config.broker_id)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from ._binaries import OXIA_VERSIONS, S3_KINDS, bin_dir, cache_dir, ensure_oxia, ensure_s3_server
 from ._oxia import OxiaCluster, OxiaServerPorts, OxiaStandalone, shard_leaders
-from ._process import ManagedProcess, StackError, free_ports
+from ._process import ManagedProcess, StackError, die_with_parent_argv, free_ports
 from ._s3 import S3Server, ensure_bucket, s3_client
 from ._stack import (
     OXIA_MODES,
@@ -43,6 +43,7 @@ __all__ = [
     "cache_dir",
     "bin_dir",
     "free_ports",
+    "die_with_parent_argv",
     "ManagedProcess",
     "OxiaStandalone",
     "OxiaCluster",

@@ -27,6 +27,7 @@ from .._errors import LlogError
 __all__ = [
     "StackError",
     "ManagedProcess",
+    "die_with_parent_argv",
     "free_ports",
     "ports_free",
     "log_tail",
@@ -100,7 +101,7 @@ def http_ok(url: str, timeout_s: float = 1.0) -> bool:
         return False
 
 
-def _die_with_parent_argv(argv: list[str]) -> list[str]:
+def die_with_parent_argv(argv: list[str]) -> list[str]:
     """Prefix ``argv`` so Linux SIGTERMs the child when its parent dies.
 
     Without it a pytest run killed with SIGKILL leaves servers behind. It is
@@ -162,7 +163,7 @@ class ManagedProcess:
             log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} start: {' '.join(self.argv)}\n".encode())
             log.flush()
             self._proc = subprocess.Popen(
-                _die_with_parent_argv(self.argv) if self._die_with_parent else self.argv,
+                die_with_parent_argv(self.argv) if self._die_with_parent else self.argv,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,

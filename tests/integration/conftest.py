@@ -31,7 +31,7 @@ from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
-from server.devstack import StackSettings
+from server.devstack import StackSettings, die_with_parent_argv
 
 REPO = Path(__file__).resolve().parents[2]
 OPENAPI_PATH = REPO / "server" / "openapi.yaml"
@@ -199,8 +199,8 @@ class BrokerProcess:
     def __init__(self, env: Mapping[str, str], args: list[str], log_path: Path, openapi: OpenApi | None) -> None:
         self.log_path = log_path
         self._log = open(log_path, "wb")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "server.leaderless_log_broker", "--port", "0", *args],
+        self.proc = subprocess.Popen(  # SIGTERM if pytest dies, so no broker outlives a killed run
+            die_with_parent_argv([sys.executable, "-m", "server.leaderless_log_broker", "--port", "0", *args]),
             env={**os.environ, **env, "PYTHONPATH": str(REPO)},
             stdout=subprocess.PIPE,
             stderr=self._log,

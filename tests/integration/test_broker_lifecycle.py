@@ -37,6 +37,23 @@ def test_bad_configuration_exits_2_with_the_reason(llog_env) -> None:
     assert out.returncode == 2 and "LLOG_BROKER_MAX_WAIT_MS" in out.stderr
 
 
+def test_a_broker_whose_parent_stopped_reading_exits_instead_of_serving_on(llog_env) -> None:
+    """The listening line goes to a pipe nobody reads (the parent died):
+    the broker shuts down with status 1 instead of living on, unannounced."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "server.leaderless_log_broker", "--port", "0", "--role", "both"],
+        env={**os.environ, **llog_env, "PYTHONPATH": REPO}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        cwd=REPO,
+    )
+    proc.stdout.close()  # the reading end is gone before the broker announces itself
+    try:
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 1, err.decode()
+    assert b"cannot start" in err and b"Broken pipe" in err
+
+
 def test_health_is_exactly_the_contract(shared_broker, openapi) -> None:
     reply = shared_broker.client.request("GET", "/health")
     body = reply.json

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from server._config import OxiaConfig
+from server.devstack import die_with_parent_argv
 from server._keys import LogLayout, TopicPartition
 from server._metastore import OxiaMetadataStore
 from server._records import CompactionCursor, CompactorClaim, ControlRecord, IndexEntry
@@ -87,7 +88,7 @@ class Service:
                     "PYTHONPATH": str(REPO)}
         cmd = [sys.executable, "-c", WRAPPER] if wrapper else [sys.executable, "-m", "server.leaderless_log_compactor_server"]
         self._log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen([*cmd, "--port", str(self.port), *args], env=full_env,
+        self.proc = subprocess.Popen(die_with_parent_argv([*cmd, "--port", str(self.port), *args]), env=full_env,
                                      stdout=self._log, stderr=subprocess.STDOUT)
 
     def get(self, path: str) -> tuple[int, str]:
