@@ -48,6 +48,7 @@ from server._errors import BackPressureRejected
 from server._keys import LogLayout
 from server._metastore import OxiaMetadataStore
 from server._records import CompactionCursor, ControlRecord
+from server.devstack import die_with_parent_argv
 from server.leaderless_log_compactor_server import CompactorService
 from server.leaderless_log_metrics import LlogMetrics
 from server.leaderless_log_vacuum import Vacuum
@@ -123,8 +124,8 @@ class Compactors:
             log = open(tempfile.mktemp(prefix="llog-bench-compactor-", suffix=".log"), "wb")
             self.log_path = log.name
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "server.leaderless_log_compactor_server", "--port", str(self.port),
-                 "--log-level", "WARNING"],
+                die_with_parent_argv([sys.executable, "-m", "server.leaderless_log_compactor_server",
+                                      "--port", str(self.port), "--log-level", "WARNING"]),
                 env={**os.environ, **service_env, "PYTHONPATH": str(REPO)}, stdout=log, stderr=subprocess.STDOUT,
             )
             stack.callback(self._stop_proc)
