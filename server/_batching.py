@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 from ._config import BatchConfig
-from ._errors import BackPressureRejected, InvalidRequest, LlogError, ProducerClosed
+from ._errors import BackPressureRejected, InvalidRequest, LlogError, OutcomeUnknown, ProducerClosed
 from ._keys import TopicPartition
 from ._structs import AppendResult, SharedAppendGroup
 from .leaderless_log_metrics import LlogMetrics
@@ -230,7 +230,10 @@ class BatchingProducer:
                 self._flush(batch)
             except BaseException as exc:  # never leave a caller waiting forever
                 log.exception("flush failed unexpectedly")
-                err = exc if isinstance(exc, LlogError) else LlogError(f"internal flush error: {exc!r}")
+                # An LlogError escaping the flush is the writer refusing the
+                # whole call up front (definite); anything else may have
+                # struck after commits, so the outcome is unknown.
+                err = exc if isinstance(exc, LlogError) else OutcomeUnknown(f"internal flush error: {exc!r}")
                 for sub in batch:
                     if not sub.future.done():
                         sub.future.set_result([

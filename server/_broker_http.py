@@ -85,13 +85,27 @@ class _Handler(BaseHTTPRequestHandler):
             return self._dispatch
         raise AttributeError(name)
 
-    def senderror_response(self, code: int, message: str | None = None, explain: str | None = None) -> None:
-        """Protocol-level errors (bad request line, huge headers ...) as JSON too."""
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """Every error the standard library answers by itself (a malformed or
+        over-long request line, an unsupported HTTP version, too many or too
+        long headers) as the JSON error body, with the connection closed."""
+        self.log_error("code %d, message %s", code, message)
         try:
             phrase = HTTPStatus(code).phrase
         except ValueError:
             phrase = "Error"
-        self._send(Response(code, error_body(message or phrase, "HttpProtocolError"), close=True))
+        if getattr(self, "request_version", "HTTP/0.9") == "HTTP/0.9":
+            # parse_request gave up before it knew the version: answer with a
+            # status line and headers anyway (0.9 would send the body alone).
+            self.request_version = "HTTP/1.0"
+        self.command = getattr(self, "command", None)
+        broker = getattr(self.server, "broker", None)
+        if broker is not None:
+            broker.metrics.inc("http_requests_total", path="other", method="OTHER", status=code)
+        try:
+            self._send(Response(code, error_body(message or phrase, "HttpProtocolError"), close=True))
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
 
     def _send(self, resp: Response) -> None:
         if resp.close:

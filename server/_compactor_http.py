@@ -2,7 +2,10 @@
 
 Served by a stdlib ``ThreadingHTTPServer`` on its own named thread; the
 handler only reads the service's state and metrics, so a slow scrape never
-blocks compaction.
+blocks compaction. Every error answer is the broker's JSON error body
+(``_http_codec.error_body``: ``error``, ``error_type``), including the ones
+the standard library produces itself (malformed request line, unsupported
+HTTP version, over-long request line or headers, unknown method).
 """
 
 from __future__ import annotations
@@ -10,9 +13,12 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
+
+from ._http_codec import error_body
 
 if TYPE_CHECKING:
     from ._compactor_service import CompactorService
@@ -38,6 +44,9 @@ def serve(service: CompactorService, host: str, port: int) -> tuple[ThreadingHTT
     return server, thread
 
 
+_PATHS = ("/health", "/metrics", "/metrics/prometheus")
+
+
 class _Handler(BaseHTTPRequestHandler):
     service: CompactorService
     server_version = "llog-compactor/1"
@@ -54,11 +63,36 @@ class _Handler(BaseHTTPRequestHandler):
             elif path == "/metrics/prometheus":
                 self._send(200, self.service.metrics_prometheus().encode(), "text/plain; version=0.0.4; charset=utf-8")
             else:
-                body = {"error": f"no such path {path!r}", "paths": ["/health", "/metrics", "/metrics/prometheus"]}
+                body = error_body(f"no such path {path!r}", "NotFound", paths=list(_PATHS))
                 self._send(404, json.dumps(body).encode(), "application/json")
         except Exception as exc:  # noqa: BLE001 - answer rather than drop the connection
             log.exception("HTTP %s failed", path)
-            self._send(500, json.dumps({"error": str(exc)}).encode(), "application/json")
+            self._send(500, json.dumps(error_body(str(exc), "InternalError")).encode(), "application/json")
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """Every error the standard library answers by itself as the JSON
+        error body (instead of its HTML page), closing the connection."""
+        self.log_error("code %d, message %s", code, message)
+        try:
+            phrase = HTTPStatus(code).phrase
+        except ValueError:
+            phrase = "Error"
+        if getattr(self, "request_version", "HTTP/0.9") == "HTTP/0.9":
+            # parse_request gave up before it knew the version: answer with a
+            # status line and headers anyway (0.9 would send the body alone).
+            self.request_version = "HTTP/1.0"
+        self.close_connection = True
+        body = json.dumps(error_body(message or phrase, "HttpProtocolError")).encode()
+        try:
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Connection", "close")
+            self.end_headers()
+            if getattr(self, "command", None) != "HEAD":
+                self.wfile.write(body)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
 
     def _send(self, status: int, body: bytes, content_type: str) -> None:
         self.send_response(status)

@@ -3,6 +3,15 @@
 The design is described in :mod:`server.leaderless_log_compactor_server`
 (the entry point, which also re-exports this class); the HTTP surface is in
 ``_compactor_http``.
+
+A claim this service itself holds never blocks it. The scheduler runs at
+most one task per log in this process, so when a worker starts on a log a
+claim naming our ``compactor_id`` can only be a leftover of ours: a release
+that failed (Oxia was down; our session outlived the outage, so the claim
+would never expire), or a create whose reply was lost. The claim create then
+deletes that leftover, conditional on the version it read, and creates the
+claim again. A failed release is also remembered and retried (a conditional
+delete) before the next run on that log.
 """
 
 from __future__ import annotations
@@ -148,6 +157,9 @@ class CompactorService:
         self._local = threading.local()
         self._compactors: list[Compactor] = []
         self._compactors_lock = threading.Lock()
+        # Claims whose release failed: log -> the version our create returned.
+        self._unreleased: dict[TopicPartition, int] = {}
+        self._unreleased_lock = threading.Lock()
         self._http: ThreadingHTTPServer | None = None
         self._http_thread: threading.Thread | None = None
         self._started = False
@@ -170,6 +182,7 @@ class CompactorService:
         )
         self.metrics.set_gauge("compactor_info", 1, compactor_id=config.compactor_id)
         self.metrics.set_gauge("compactor_workers", config.workers)
+        self.metrics.set_gauge("compactor_unreleased_claims", 0)
         self._update_gauges()
 
     @classmethod
@@ -392,6 +405,7 @@ class CompactorService:
         result = None
         error = None
         try:
+            self._retry_release(keys)
             version = self._claim(keys)
         except Exception as exc:  # noqa: BLE001
             version, outcome, error = None, OUTCOME_ERROR, f"claim failed: {exc}"
@@ -428,29 +442,74 @@ class CompactorService:
     def _claim(self, keys: PartitionKeys) -> int | None:
         """Create the ephemeral claim; its version, or None if another compactor holds it."""
         claim = CompactorClaim(self.config.compactor_id, int(time.time() * 1000))
+        # Three creates at most: the first may find a leftover of ours, which
+        # is deleted; the second may race another compactor's create.
+        for _ in range(3):
+            try:
+                version = self._meta.put(
+                    keys.compactor_claim, claim.encode(), keys.partition_key,
+                    expected_version=EXPECT_ABSENT, ephemeral=True,
+                )
+            except VersionConflict:
+                rec = self._meta.get(keys.compactor_claim, keys.partition_key)
+                if rec is None:
+                    continue  # released meanwhile: create again
+                if not self._names_us(rec.value):
+                    break
+                self._drop_leftover_claim(keys, rec.version)
+                continue
+            except MetadataStoreError as exc:
+                # Unknown outcome (SPEC 7.8): it is ours if the claim there names us.
+                rec = self._meta.get(keys.compactor_claim, keys.partition_key)
+                if rec is None:
+                    raise
+                if not self._names_us(rec.value):
+                    break
+                log.info("claim of %s had an unknown outcome (%s) and turned out to be ours", keys.tp, exc)
+                version = rec.version
+            self.metrics.inc("compactor_claims_total", result="won")
+            return version
+        self.metrics.inc("compactor_claims_total", result="lost")
+        return None
+
+    def _names_us(self, value: bytes) -> bool:
+        """Whether a claim is this service's own (see the module docstring).
+
+        The claim's ``compactor_id`` decides. ``oxia==0.2.1``'s ``get`` does
+        return the record's session id and client identity, but the client
+        has no public way to tell our own session id on a shard, and
+        ``MetadataStore.get`` keeps only the version. A session match is not
+        needed either: with one task per log in this process, a claim naming
+        us is held by no run of ours, and one left by an earlier process with
+        the same id (or a misconfigured twin) only costs a duplicate run if
+        taken over, which ``compact_once`` tolerates (SPEC 7.8).
+        """
         try:
-            version = self._meta.put(
-                keys.compactor_claim, claim.encode(), keys.partition_key,
-                expected_version=EXPECT_ABSENT, ephemeral=True,
-            )
+            return CompactorClaim.decode(value).compactor_id == self.config.compactor_id
+        except LlogError:
+            return False  # unreadable: not provably ours, so never deleted
+
+    def _drop_leftover_claim(self, keys: PartitionKeys, version: int) -> None:
+        """Delete a claim of ours no run of this process holds, conditional on
+        the version just read (a concurrent change makes it someone else's)."""
+        try:
+            deleted = self._meta.delete(keys.compactor_claim, keys.partition_key, expected_version=version)
         except VersionConflict:
-            self.metrics.inc("compactor_claims_total", result="lost")
-            return None
-        except MetadataStoreError as exc:
-            # Unknown outcome (SPEC 7.8): it is ours if the claim there names us.
-            rec = self._meta.get(keys.compactor_claim, keys.partition_key)
-            if rec is None:
-                raise
-            if CompactorClaim.decode(rec.value).compactor_id != self.config.compactor_id:
-                self.metrics.inc("compactor_claims_total", result="lost")
-                return None
-            log.info("claim of %s had an unknown outcome (%s) and turned out to be ours", keys.tp, exc)
-            version = rec.version
-        self.metrics.inc("compactor_claims_total", result="won")
-        return version
+            deleted = False
+        log.warning(
+            "found our own leftover claim of %s (version %d; an earlier release failed or its reply was lost); "
+            "%s", keys.tp, version, "deleted it" if deleted else "it changed meanwhile",
+        )
+        self.metrics.inc("compactor_leftover_claims_total", outcome="deleted" if deleted else "changed")
+        self._forget_unreleased(keys.tp)
 
     def _release(self, keys: PartitionKeys, version: int) -> None:
-        """Delete our claim, conditional on its version (never someone else's)."""
+        """Delete our claim, conditional on its version (never someone else's).
+
+        A release that fails is remembered and retried before the next run on
+        the log (``_retry_release``): Oxia may be back while our session, and
+        with it the claim, survived the outage.
+        """
         try:
             if self._meta.delete(keys.compactor_claim, keys.partition_key, expected_version=version):
                 self.metrics.inc("compactor_claim_releases_total", outcome="released")
@@ -462,7 +521,42 @@ class CompactorService:
             log.info("claim of %s is no longer ours; left alone", keys.tp)
         except LlogError as exc:
             self.metrics.inc("compactor_claim_releases_total", outcome="error")
-            log.warning("cannot release the claim of %s (it expires with our session): %s", keys.tp, exc)
+            with self._unreleased_lock:
+                self._unreleased[keys.tp] = version
+                pending = len(self._unreleased)
+            self.metrics.set_gauge("compactor_unreleased_claims", pending)
+            log.warning("cannot release the claim of %s (version %d); retrying before its next run: %s",
+                        keys.tp, version, exc)
+
+    def _retry_release(self, keys: PartitionKeys) -> None:
+        """Delete a claim whose release failed earlier, conditional on its
+        version; raises (keeping it remembered) if Oxia still fails."""
+        with self._unreleased_lock:
+            version = self._unreleased.get(keys.tp)
+        if version is None:
+            return
+        try:
+            deleted = self._meta.delete(keys.compactor_claim, keys.partition_key, expected_version=version)
+            outcome = "released" if deleted else "gone"
+        except VersionConflict:
+            outcome = "not_ours"  # our session expired and someone else claimed the log
+        except LlogError:
+            self.metrics.inc("compactor_claim_release_retries_total", outcome="error")
+            raise
+        self.metrics.inc("compactor_claim_release_retries_total", outcome=outcome)
+        log.info("retried the release of the claim of %s (version %d): %s", keys.tp, version, outcome)
+        self._forget_unreleased(keys.tp)
+
+    def _forget_unreleased(self, tp: TopicPartition) -> None:
+        with self._unreleased_lock:
+            self._unreleased.pop(tp, None)
+            pending = len(self._unreleased)
+        self.metrics.set_gauge("compactor_unreleased_claims", pending)
+
+    def unreleased_claims(self) -> dict[TopicPartition, int]:
+        """Logs whose claim release failed and is still to be retried -> claim version."""
+        with self._unreleased_lock:
+            return dict(self._unreleased)
 
     def _compactor(self) -> Compactor:
         """This worker thread's compactor (created on first use; stores are shared)."""

@@ -14,9 +14,20 @@ from typing import Mapping
 from ._errors import ConfigError
 from ._keys import validate_root_prefix
 
-__all__ = ["OxiaConfig", "S3Config", "BatchConfig", "env_int", "env_str"]
+__all__ = ["OxiaConfig", "S3Config", "BatchConfig", "MIN_SESSION_TIMEOUT_MS", "env_int", "env_str"]
 
-MIN_SESSION_TIMEOUT_MS = 2_000
+MIN_SESSION_TIMEOUT_MS = 5_000
+"""The shortest Oxia session timeout that works with ``oxia==0.2.1``.
+
+That client sends a session keepalive every ``max(timeout / 10, 2000 ms)``
+(capped just below the timeout), never faster than every 2 s, and both it
+and the server drop the session once a whole timeout passes without one.
+Measured against Oxia with one client holding an ephemeral key: at 2000 ms
+the session dies between two keepalives (154 of 289 claim creates failed
+with SessionNotFound in 30 s, four sessions lost); 3000 and 4000 ms survive
+an idle machine but lose the session to a single failed keepalive. 5000 ms
+is the smallest value that survives one lost keepalive (two intervals, 4 s,
+plus 1 s to spare), and what the devstack and the tests use."""
 
 
 def env_str(env: Mapping[str, str], name: str, default: str | None = None) -> str | None:
@@ -63,7 +74,8 @@ class OxiaConfig:
     root_prefix: str = "llog"
     """Root of every Oxia and S3 key of this log (LLOG_ROOT_PREFIX)."""
     session_timeout_ms: int = 30_000
-    """Lifetime of ephemeral records (compactor claims) after the client dies."""
+    """Lifetime of ephemeral records (compactor claims) after the client dies;
+    at least ``MIN_SESSION_TIMEOUT_MS`` (LLOG_OXIA_SESSION_TIMEOUT_MS)."""
     client_identifier: str | None = None
 
     def __post_init__(self) -> None:
@@ -75,8 +87,10 @@ class OxiaConfig:
         validate_root_prefix(self.root_prefix)
         if self.session_timeout_ms < MIN_SESSION_TIMEOUT_MS:
             raise ConfigError(
-                f"LLOG_OXIA_SESSION_TIMEOUT_MS must be >= {MIN_SESSION_TIMEOUT_MS}, "
-                f"got {self.session_timeout_ms}"
+                f"LLOG_OXIA_SESSION_TIMEOUT_MS must be >= {MIN_SESSION_TIMEOUT_MS}, got "
+                f"{self.session_timeout_ms}: the Oxia client (oxia==0.2.1) sends a session keepalive "
+                "only every 2000 ms, so a shorter session is lost to a single late or failed keepalive "
+                "and its ephemeral records (compactor claims) with it"
             )
 
     @classmethod

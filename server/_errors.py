@@ -14,6 +14,7 @@ through ``retriable`` whether trying the same call again can help::
     ├── ProducerClosed                 submit after BatchingProducer.close()
     ├── AppendFailed                   some groups of an append_shared failed; .results has all outcomes
     ├── ConcurrencyConflict            CAS retries exhausted on a contended key (retriable)
+    ├── OutcomeUnknown                 an append may or may not have committed (a retry may duplicate it)
     ├── VersionConflict                a conditional Oxia put/delete saw another version
     ├── InconsistentReadState          the index has a gap or overlaps (a bug or corruption)
     ├── CorruptBatch                   checksum, magic, length or count mismatch in stored bytes
@@ -40,6 +41,7 @@ __all__ = [
     "ProducerClosed",
     "AppendFailed",
     "ConcurrencyConflict",
+    "OutcomeUnknown",
     "VersionConflict",
     "InconsistentReadState",
     "CorruptBatch",
@@ -135,6 +137,19 @@ class AppendFailed(LlogError):
 
 class ConcurrencyConflict(LlogError):
     """A compare-and-set kept losing to other writers until retries ran out."""
+
+    retriable = True
+
+
+class OutcomeUnknown(LlogError):
+    """The writer cannot tell whether an append committed: the reply to its
+    offset reservation was lost and the store could not be read to decide.
+
+    Every other append error is definite: nothing of the batch is in the log,
+    ever. After this one the records may be in the log once, or not at all.
+    Sending them again is at-least-once (they may then appear twice);
+    ``retriable`` is True in that sense.
+    """
 
     retriable = True
 

@@ -223,6 +223,8 @@ class InMemoryMetadataStore:
     ``fail_next(op, key_contains=...)`` injects a MetadataStoreError into the
     next call of a named operation (``"put"``, ``"get"`` ...), optionally only
     for keys containing a substring, to simulate a crash between two steps.
+    ``lose_reply_next(op, ...)`` applies the next such call and then raises,
+    as a write whose reply the network lost.
     """
 
     def __init__(self) -> None:
@@ -233,14 +235,26 @@ class InMemoryMetadataStore:
         self._fail: list[list] = []
 
     def fail_next(self, op: str, times: int = 1, key_contains: str = "") -> None:
-        self._fail.append([op, key_contains, times])
+        self._fail.append([op, key_contains, times, False])
 
-    def _enter(self, op: str, key: str = "") -> None:
+    def lose_reply_next(self, op: str, times: int = 1, key_contains: str = "") -> None:
+        self._fail.append([op, key_contains, times, True])
+
+    def _enter(self, op: str, key: str = "") -> bool:
+        """Count the call; raise an injected failure, or return True when the
+        call must be applied and its reply then lost."""
         self.calls[op] = self.calls.get(op, 0) + 1
         for rule in self._fail:
             if rule[0] == op and rule[1] in key and rule[2] > 0:
                 rule[2] -= 1
+                if rule[3]:
+                    return True
                 raise MetadataStoreError(f"injected failure in {op} of {key!r}")
+        return False
+
+    @staticmethod
+    def _reply_lost(op: str, key: str) -> MetadataStoreError:
+        return MetadataStoreError(f"injected lost reply of {op} of {key!r} (it was applied)")
 
     def get(self, key: str, partition_key: str) -> Record | None:
         with self._lock:
@@ -266,7 +280,7 @@ class InMemoryMetadataStore:
         ephemeral: bool = False,
     ) -> int:
         with self._lock:
-            self._enter("put", key)
+            lose_reply = self._enter("put", key)
             current = self._data.get(key)
             if expected_version is not None:
                 if expected_version == EXPECT_ABSENT and current is not None:
@@ -276,17 +290,21 @@ class InMemoryMetadataStore:
             version = self._next_version
             self._next_version += 1
             self._data[key] = (bytes(value), version)
+            if lose_reply:
+                raise self._reply_lost("put", key)
             return version
 
     def delete(self, key: str, partition_key: str, expected_version: int | None = None) -> bool:
         with self._lock:
-            self._enter("delete", key)
+            lose_reply = self._enter("delete", key)
             current = self._data.get(key)
             if current is None:
                 return False
             if expected_version is not None and current[1] != expected_version:
                 raise VersionConflict(f"{key!r} version changed")
             del self._data[key]
+            if lose_reply:
+                raise self._reply_lost("delete", key)
             return True
 
     def delete_range(self, min_key: str, max_key: str, partition_key: str) -> None:

@@ -20,6 +20,9 @@ __all__ = [
     "LOG_STATE_FENCED",
     "ENTRY_WAL",
     "ENTRY_COMPACTED",
+    "STATE_WRITING_COMPACTED_INDEX",
+    "STATE_DELETING_OLD",
+    "STATE_UPDATING_CURSOR",
     "PendingAppend",
     "ControlRecord",
     "IndexEntry",
@@ -34,6 +37,11 @@ LOG_STATE_OPEN = "OPEN"
 LOG_STATE_FENCED = "FENCED"
 ENTRY_WAL = "WAL"
 ENTRY_COMPACTED = "COMPACTED"
+
+# ``meta/compaction`` states (SPEC 4.5): the next step a compaction performs.
+STATE_WRITING_COMPACTED_INDEX = "WRITING_COMPACTED_INDEX"
+STATE_DELETING_OLD = "DELETING_OLD"
+STATE_UPDATING_CURSOR = "UPDATING_CURSOR"
 
 
 def dumps(doc: dict[str, Any]) -> bytes:

@@ -243,9 +243,10 @@ class Broker:
                 self.metrics.inc("produce_timeouts_total")
                 return error_response(
                     504,
-                    f"no flush outcome within {self.config.produce_timeout_ms} ms; the records may "
-                    "still be committed (LLOG_BROKER_PRODUCE_TIMEOUT_MS)",
-                    "Timeout",
+                    f"no flush outcome within {self.config.produce_timeout_ms} ms; the records may or "
+                    "may not be committed (LLOG_BROKER_PRODUCE_TIMEOUT_MS)",
+                    "OutcomeUnknown",
+                    retriable=True,
                 )
         return self._produce_response(results, request.record_count, request.payload_bytes, started)
 

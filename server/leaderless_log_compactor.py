@@ -48,6 +48,9 @@ from ._objectstore import ObjectStore
 from ._records import (
     ENTRY_COMPACTED,
     ENTRY_WAL,
+    STATE_DELETING_OLD,
+    STATE_UPDATING_CURSOR,
+    STATE_WRITING_COMPACTED_INDEX,
     CompactionCursor,
     CompactionRecord,
     ControlRecord,
@@ -69,9 +72,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-STATE_WRITING_COMPACTED_INDEX = "WRITING_COMPACTED_INDEX"
-STATE_DELETING_OLD = "DELETING_OLD"
-STATE_UPDATING_CURSOR = "UPDATING_CURSOR"
 
 DEFAULT_MAX_OFFSETS = 100_000
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024

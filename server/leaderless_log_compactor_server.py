@@ -31,7 +31,12 @@ with the log and it is skipped. An unknown outcome is resolved by reading the
 claim back (ours if it names our ``compactor_id``). The claim is deleted
 afterwards conditional on the version the create returned, so a worker never
 deletes another compactor's claim; if the process dies, Oxia's session expiry
-frees it. Claims only avoid wasted work: correctness rests on
+frees it. A claim of our own never blocks us: with one task per log in this
+process, a claim naming our ``compactor_id`` found by a create is a leftover
+(a release that failed while Oxia was down, with our session surviving the
+outage), so it is deleted conditional on its version and the create
+retried; a failed release is also remembered and retried before the log's
+next run. Claims only avoid wasted work: correctness rests on
 ``compact_once``'s own conditional writes.
 
 **Code.** This module is the entry point (``main``, ``--help``) and

@@ -15,6 +15,11 @@ blob) and decodes them, verifying length, CRC and record count.
   small read-ahead so S3 latency overlaps decoding. Entries already covered
   are skipped, which also makes the transient compaction state (a COMPACTED
   end key above WAL keys it covers) read correctly.
+- Redundant WAL entries (a late materialization inside a compacted range,
+  SPEC 8.2 O3) never fail a read: a WAL entry that starts above the offset
+  wanted is passed over, and the COMPACTED entry that holds the offset is
+  found further on. Only a COMPACTED entry past the offset (or the end of
+  the index) ends the search.
 - ``iter_runs``: the same scan a stored batch at a time (a ``RecordRun``),
   decoded by a pluggable ``BatchDecoder``; the Spark source decodes to
   positions and builds Arrow columns without a Python object per record.
@@ -41,10 +46,11 @@ from ._errors import (
     OffsetOutOfRange,
     PartitionNotInitialized,
 )
+from ._index import covering_entry
 from ._keys import LogLayout, PartitionKeys, parse_s3_uri
 from ._metastore import MetadataStore
 from ._objectstore import ObjectStore
-from ._records import ENTRY_COMPACTED, CompactionCursor, ControlRecord, IndexEntry
+from ._records import ENTRY_COMPACTED, ENTRY_WAL, CompactionCursor, ControlRecord, IndexEntry
 from ._stores import StoreClient
 from ._structs import ReadRecord
 from .leaderless_log_metrics import LlogMetrics
@@ -166,20 +172,36 @@ class LeaderlessLogReader(StoreClient):
 
     def _resolve(self, keys: PartitionKeys, control: ControlRecord, offset: int) -> ResolvedBatch:
         rec = self._meta.ceiling(keys.index(offset), keys.partition_key)
+        ceiling_entry: IndexEntry | None = None
         if rec is not None:
             end = keys.index_offset(rec.key)
             if end is not None:
-                entry = IndexEntry.decode(rec.value)
-                batch = ResolvedBatch(entry.start_offset(end), end, entry)
+                ceiling_entry = IndexEntry.decode(rec.value)
+                batch = ResolvedBatch(ceiling_entry.start_offset(end), end, ceiling_entry)
                 if batch.covers(offset):
                     return batch
         pending = self._pending_batch(control)
         if pending is not None and pending.covers(offset):
             return pending
+        if ceiling_entry is not None and ceiling_entry.type == ENTRY_WAL:
+            # The first key at or after the offset is a WAL entry starting
+            # above it: a redundant entry left inside a compacted range (SPEC
+            # 8.2, O3). The COMPACTED entry holding the offset ends further on.
+            batch = self._cover_past_redundant(keys, offset)
+            if batch is not None:
+                return batch
         raise InconsistentReadState(
             "no index entry or pending append covers this offset",
             topic=keys.tp.topic, partition=keys.tp.partition, offset=offset,
         )
+
+    def _cover_past_redundant(self, keys: PartitionKeys, offset: int) -> ResolvedBatch | None:
+        found = covering_entry(self._meta, keys, offset)
+        if found is None:
+            return None
+        end, entry = found
+        self.metrics.inc("reader_redundant_entries_skipped_total")
+        return ResolvedBatch(entry.start_offset(end), end, entry)
 
     @staticmethod
     def _pending_batch(control: ControlRecord) -> ResolvedBatch | None:
@@ -343,7 +365,13 @@ class LeaderlessLogReader(StoreClient):
             entry = IndexEntry.decode(rec.value)
             batch = ResolvedBatch(entry.start_offset(entry_end), entry_end, entry)
             if batch.start_offset > next_offset:
-                break  # a gap: maybe the pending append fills it, checked below
+                if entry.type == ENTRY_WAL:
+                    # A redundant WAL entry inside the compacted range that
+                    # holds ``next_offset`` (SPEC 8.2, O3): that COMPACTED
+                    # entry ends further on. (If there is none, the listing
+                    # ends and the gap is reported below.)
+                    continue
+                break  # a COMPACTED entry past a gap: maybe pending fills it, checked below
             yield batch
             next_offset = entry_end + 1
         if next_offset <= end:

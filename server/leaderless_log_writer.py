@@ -13,10 +13,14 @@ concurrently:
 5. create the index entry at ``index/{end_offset}``;
 6. CAS ``meta/control`` to clear ``pending`` if it is still ours.
 
-The append is durable at step 4 (any later writer, fence or compactor
-materializes it) and acknowledged after step 6. In steady state that is three
-Oxia round trips per partition per flush: the cached control version makes
-the initial get unnecessary.
+The append is committed, durable and readable at step 4 (any later writer,
+fence or compactor materializes it), so it is acknowledged with its offsets
+once step 4 is known to have landed, even if steps 5 or 6 fail. Every error
+a group reports is definite (nothing of it is in the log) except
+``OutcomeUnknown``: the reply to step 4 was lost and the store could not be
+read to decide. In steady state an append is three Oxia round trips per
+partition per flush: the cached control version makes the initial get
+unnecessary.
 
 Index entries are only ever *created* by this module (never overwritten): a
 compaction may already have replaced the key with a COMPACTED entry, and
@@ -31,6 +35,7 @@ import time
 import uuid
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
+from enum import Enum
 from typing import Mapping, Sequence
 
 from ._codec import BATCH_ENCODING, encode_batch, encode_shared_blob
@@ -41,10 +46,12 @@ from ._errors import (
     InvalidRequest,
     LlogError,
     MetadataStoreError,
+    OutcomeUnknown,
     PartitionFenced,
     PartitionNotInitialized,
     VersionConflict,
 )
+from ._index import covering_entry
 from ._keys import LogLayout, PartitionKeys, TopicPartition
 from ._metastore import EXPECT_ABSENT, MetadataStore
 from ._objectstore import ObjectStore
@@ -52,7 +59,10 @@ from ._records import (
     ENTRY_WAL,
     LOG_STATE_FENCED,
     LOG_STATE_OPEN,
+    STATE_DELETING_OLD,
+    STATE_UPDATING_CURSOR,
     CompactionCursor,
+    CompactionRecord,
     ControlRecord,
     IndexEntry,
     PendingAppend,
@@ -77,39 +87,81 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def materialize_pending(
-    store: MetadataStore, keys: PartitionKeys, pending: PendingAppend, *, recovering: bool = True
-) -> bool:
-    """Create the index entry of a pending append if it is missing (SPEC 7.2).
+def materialize_pending(store: MetadataStore, keys: PartitionKeys, pending: PendingAppend) -> bool:
+    """Create the index entry of someone's pending append if it is missing
+    (SPEC 7.2), as a recoverer: a writer, fence or compactor that found it.
 
-    Returns True if this call created it. Create-if-absent is safe because a
-    pending append is always the partition's newest: if its end key exists it
-    is either this very entry or a compaction ending exactly there.
-
-    A recoverer (``recovering=True``: someone else's pending) may have stalled
-    while the append was materialized, cleared and compacted past; then its
-    put re-creates a redundant key inside a compacted range. So after creating
-    the key it checks the cursor and deletes the key again if compaction has
-    passed it. The original writer skips that check to keep its commit at
-    three round trips; a redundant entry is harmless (SPEC 8.2) and vacuum
-    removes WAL entries below the cursor.
+    Returns True if this call created the entry and it stays. Create-if-absent
+    is safe because a pending append is always the partition's newest: if its
+    end key exists it is either this very entry or a compaction ending there.
+    A recoverer may have stalled while the append was materialized, cleared
+    and compacted past; then its put re-created a redundant key inside a
+    compacted range, which :func:`drop_if_redundant` deletes again. (The
+    append's own writer uses :func:`create_index_entry` and checks only when
+    its clear conflicts, see ``LeaderlessLogWriter._finish``.)
     """
-    index_key = keys.index(pending.end_offset)
+    version = create_index_entry(store, keys, pending)
+    if version is None:
+        return False
+    return not drop_if_redundant(store, keys, pending, version)
+
+
+def create_index_entry(store: MetadataStore, keys: PartitionKeys, pending: PendingAppend) -> int | None:
+    """Put the pending append's WAL entry if absent (7.2 step 1): the new
+    version if this call created it, None if the key existed."""
     try:
-        version = store.put(
-            index_key, pending.index_entry().encode(), keys.partition_key, expected_version=EXPECT_ABSENT
+        return store.put(
+            keys.index(pending.end_offset), pending.index_entry().encode(), keys.partition_key,
+            expected_version=EXPECT_ABSENT,
         )
     except VersionConflict:
-        return False
-    if recovering:
+        return None
+
+
+def drop_if_redundant(store: MetadataStore, keys: PartitionKeys, pending: PendingAppend, version: int) -> bool:
+    """Delete the index entry this process just created for ``pending`` if a
+    compaction already covers its offsets (SPEC 7.2, late materialization).
+
+    Only a compaction's K8 (or vacuum, below the cursor) deletes index keys,
+    so a create that succeeded after the append was materialized and cleared
+    re-created a key a COMPACTED entry covers. That compaction is either still
+    running past K8 (its record is DELETING_OLD or UPDATING_CURSOR and spans
+    the entry) or finished (the cursor is past the entry); the record is read
+    before the cursor so one of the two is seen. A race lost here leaves a
+    redundant entry, which reads pass over and vacuum removes (SPEC 8.2 O3).
+    Returns True if the entry was deleted.
+    """
+    rec = store.get(keys.compaction, keys.partition_key)
+    covered = False
+    if rec is not None:
+        record = CompactionRecord.decode(rec.value)
+        covered = (
+            record.state in (STATE_DELETING_OLD, STATE_UPDATING_CURSOR)
+            and record.start_offset <= pending.start_offset
+            and pending.end_offset < record.end_offset
+        )
+    if not covered:
         cursor = store.get(keys.compaction_cursor, keys.partition_key)
-        if cursor is not None and CompactionCursor.decode(cursor.value).offset > pending.end_offset:
-            try:
-                store.delete(index_key, keys.partition_key, expected_version=version)
-            except VersionConflict:
-                pass
-            return False
+        covered = cursor is not None and CompactionCursor.decode(cursor.value).offset > pending.end_offset
+    if not covered:
+        return False
+    try:
+        store.delete(keys.index(pending.end_offset), keys.partition_key, expected_version=version)
+    except VersionConflict:
+        return False
+    log.info(
+        "deleted the redundant index entry %s..%s of %s that a late materialization re-created",
+        pending.start_offset, pending.end_offset, keys.tp,
+    )
     return True
+
+
+class _Landed(Enum):
+    """What a lost reply to a reserve CAS turned out to mean."""
+
+    YES = "yes"
+    NO = "no"
+    UNKNOWN = "unknown"
 
 
 class LeaderlessLogWriter(StoreClient):
@@ -304,10 +356,13 @@ class LeaderlessLogWriter(StoreClient):
                         self.metrics.inc("writer_commit_failures_total", error=type(exc).__name__)
                         results[i] = AppendResult(g.topic, g.partition, len(g.payloads), error=exc)
                     except Exception as exc:  # a bug must fail the group, not hang the caller
+                        # It may have struck after the reservation: say so honestly.
                         log.exception("unexpected error committing %s", tp)
                         results[i] = AppendResult(
                             g.topic, g.partition, len(g.payloads),
-                            error=LlogError(f"internal error: {exc!r}", topic=tp.topic, partition=tp.partition),
+                            error=OutcomeUnknown(
+                                f"internal error while committing: {exc!r}", topic=tp.topic, partition=tp.partition
+                            ),
                         )
 
         if len(by_tp) == 1:
@@ -319,6 +374,13 @@ class LeaderlessLogWriter(StoreClient):
         return [r for r in results if r is not None]
 
     def _commit(self, keys: PartitionKeys, template: PendingAppend) -> AppendResult:
+        """Reserve offsets for one group (C1-C3), then finish it (C4-C5).
+
+        Every error raised here is definite (nothing of the group is in the
+        log) except :class:`OutcomeUnknown`. Once the reservation is known to
+        have landed the group is reported committed, whatever happens to C4
+        and C5: its records are durable and readable through ``pending``.
+        """
         tp = keys.tp
         backoff = Backoff()
         state = self._cached(tp)
@@ -345,7 +407,7 @@ class LeaderlessLogWriter(StoreClient):
             pending = PendingAppend(**{**template.__dict__, "start_offset": start, "end_offset": end})
             reserved = ControlRecord(LOG_STATE_OPEN, end + 1, pending)
             try:
-                reserved_version = self._meta.put(
+                reserved_version: int | None = self._meta.put(
                     keys.control, reserved.encode(), keys.partition_key, expected_version=version
                 )
                 break
@@ -353,24 +415,24 @@ class LeaderlessLogWriter(StoreClient):
                 self.metrics.inc("writer_cas_conflicts_total")
                 state = None
                 backoff = self._backoff_or_raise(backoff, keys, "reserve offsets")
-            except MetadataStoreError:
+            except MetadataStoreError as exc:
                 # The CAS may have landed even though we got no answer.
                 landed, reserved_version = self._resolve_ambiguous(keys, pending)
-                if not landed:
-                    raise
+                if landed is _Landed.UNKNOWN:
+                    self.metrics.inc("writer_outcome_unknown_total")
+                    raise OutcomeUnknown(
+                        f"the reply to the offset reservation {start}..{end} was lost and meta/control "
+                        f"could not be read to tell whether it landed ({exc.message}); the records may "
+                        "or may not be in the log",
+                        topic=tp.topic, partition=tp.partition,
+                    ) from exc
+                if landed is _Landed.NO:
+                    state = None
+                    backoff = self._backoff_or_raise(backoff, keys, "reserve offsets")
+                    continue
                 break
 
-        if reserved_version is not None:
-            materialize_pending(self._meta, keys, pending, recovering=False)
-            try:
-                cleared = reserved.with_pending(None)
-                new_version = self._meta.put(
-                    keys.control, cleared.encode(), keys.partition_key, expected_version=reserved_version
-                )
-                self._remember(tp, cleared, new_version)
-            except VersionConflict:
-                # Another writer moved on; it treated our pending as cleared.
-                self._forget(tp)
+        self._finish(keys, reserved, reserved_version)
         return AppendResult(
             topic=tp.topic,
             partition=tp.partition,
@@ -383,29 +445,66 @@ class LeaderlessLogWriter(StoreClient):
             byte_length=pending.byte_length,
         )
 
-    def _resolve_ambiguous(self, keys: PartitionKeys, pending: PendingAppend) -> tuple[bool, int | None]:
-        """After a lost reply to our reserve CAS, decide whether it landed.
+    def _finish(self, keys: PartitionKeys, reserved: ControlRecord, reserved_version: int | None) -> None:
+        """C4 and C5 for a committed reservation. Failures here never fail the
+        append: it is committed, and whoever next touches the log
+        materializes the pending append (7.2)."""
+        pending = reserved.pending
+        assert pending is not None
+        if reserved_version is None:
+            return  # another writer already took over and materialized it
+        try:
+            created = create_index_entry(self._meta, keys, pending)
+            try:
+                cleared = reserved.with_pending(None)
+                new_version = self._meta.put(
+                    keys.control, cleared.encode(), keys.partition_key, expected_version=reserved_version
+                )
+                self._remember(keys.tp, cleared, new_version)
+            except VersionConflict:
+                # Another process replaced our pending, after materializing it.
+                # If our create still succeeded, a compaction may have deleted
+                # that materialized key before it: ours is then redundant.
+                self._forget(keys.tp)
+                if created is not None and drop_if_redundant(self._meta, keys, pending, created):
+                    self.metrics.inc("writer_redundant_entries_dropped_total")
+        except LlogError as exc:
+            self._forget(keys.tp)
+            self.metrics.inc("writer_finish_failures_total")
+            log.warning(
+                "append %s..%s of %s is committed but its index entry or clear failed (%s); "
+                "it is readable through meta/control.pending until the next append materializes it",
+                pending.start_offset, pending.end_offset, keys.tp, exc,
+            )
 
-        Returns ``(landed, version)``: ``version`` is the control version to
-        clear our pending from, or None when a later writer already took over
-        (it materialized our entry). ``(False, None)`` means it did not land,
-        or we cannot tell; the caller then reports the error.
-        """
+    def _resolve_ambiguous(self, keys: PartitionKeys, pending: PendingAppend) -> tuple[_Landed, int | None]:
+        """After a lost reply to our reserve CAS, decide whether it landed
+        (SPEC 7.3 C3, unknown outcome). When it did, also the control version
+        still holding our pending (None: a later writer took over and
+        materialized it)."""
         self._forget(keys.tp)
         try:
             control, version = self._read_control(keys)
             if control.pending is not None and control.pending.append_id == pending.append_id:
-                return True, version
+                return _Landed.YES, version
             if control.sequence_counter <= pending.end_offset:
-                return False, None
-            rec = self._meta.get(keys.index(pending.end_offset), keys.partition_key)
+                # Had ours landed, the counter would be past our end forever.
+                return _Landed.NO, None
+            # Someone reserved past our end. The entry holding our end offset
+            # tells: ours (materialized by whoever took over), another append's
+            # WAL entry (so ours never landed), or a COMPACTED range (cannot tell).
+            covering = covering_entry(self._meta, keys, pending.end_offset)
         except LlogError:
-            return False, None
-        if rec is None:
-            return False, None
-        entry = IndexEntry.decode(rec.value)
-        ours = entry.data_key == pending.data_key and entry.byte_offset == pending.byte_offset
-        return ours, None
+            return _Landed.UNKNOWN, None
+        if covering is None or covering[1].type != ENTRY_WAL:
+            return _Landed.UNKNOWN, None
+        entry_end, entry = covering
+        ours = (
+            entry_end == pending.end_offset
+            and entry.data_key == pending.data_key
+            and entry.byte_offset == pending.byte_offset
+        )
+        return (_Landed.YES, None) if ours else (_Landed.NO, None)
 
     # -- helpers ---------------------------------------------------------------
     def _read_control(self, keys: PartitionKeys) -> tuple[ControlRecord, int]:

@@ -34,11 +34,13 @@ failure                      failures also mark the broker down)
 400, 403, 404, 413, 500 ...  not retriable: the task fails at once
 ===========================  ===============================================
 
-Delivery is **at least once**. A 503 back-pressure answer wrote nothing, so
-its retry cannot duplicate; but after a 504, a lost connection or a lost
-answer the records may have been committed already, and the retry appends
-them again. Retried batches are counted (``retried_batches``) so a job can
-say how many records may appear twice.
+Delivery is **at least once**. A definite failure (503 back-pressure, or a
+409 batch with any ``error_type`` but ``OutcomeUnknown``) wrote nothing, so
+its retry cannot duplicate. An unknown outcome (a batch answered
+``OutcomeUnknown``, a 504, a connection lost after the request went out) may
+have committed: the rule is to send it again, so no record is lost and the
+batch may appear twice. Such batches are counted apart (``unknown_batches``,
+``unknown_records``: the bound on duplicates when no Spark task failed).
 
 Per-partition order: a task never has two requests for the same partition in
 flight, and retries happen inside the request that owns the partition, so

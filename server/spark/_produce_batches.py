@@ -170,8 +170,14 @@ class ProduceStats:
     retries: int = 0
     """Retry rounds: requests re-sent after a retriable failure."""
     retried_batches: int = 0
-    """Batches re-sent (their records may be duplicated unless the failure was 503 back-pressure)."""
+    """Batches re-sent, after a definite failure (cannot duplicate) or an unknown outcome (may)."""
     retried_records: int = 0
+    unknown_batches: int = 0
+    """Batches whose outcome was unknown (``OutcomeUnknown``, a 504, a
+    connection lost after the request went out); each was sent again, so its
+    records may be in the log twice."""
+    unknown_records: int = 0
+    """Records of those batches: the bound on duplicates when no Spark task failed."""
     ranges: dict[int, list[int]] = field(default_factory=dict)
     """partition -> [first offset, last offset, records] acknowledged to this producer."""
 
@@ -193,6 +199,8 @@ class ProduceStats:
         self.retries += other.retries
         self.retried_batches += other.retried_batches
         self.retried_records += other.retried_records
+        self.unknown_batches += other.unknown_batches
+        self.unknown_records += other.unknown_records
         for p, (lo, hi, n) in other.ranges.items():
             r = self.ranges.get(p)
             if r is None:
@@ -208,6 +216,8 @@ class ProduceStats:
             "retries": self.retries,
             "retried_batches": self.retried_batches,
             "retried_records": self.retried_records,
+            "unknown_batches": self.unknown_batches,
+            "unknown_records": self.unknown_records,
             "ranges": {str(p): r for p, r in sorted(self.ranges.items())},
         }
 
@@ -217,5 +227,6 @@ class ProduceStats:
             records_acked=d["records_acked"], bytes_acked=d["bytes_acked"], requests=d["requests"],
             retries=d["retries"], retried_batches=d["retried_batches"],
             retried_records=d.get("retried_records", 0),
+            unknown_batches=d.get("unknown_batches", 0), unknown_records=d.get("unknown_records", 0),
             ranges={int(p): list(r) for p, r in d["ranges"].items()},
         )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import http.client
 import json
 import logging
+import socket
 import threading
 import time
 from typing import Any, NamedTuple, Sequence
@@ -24,7 +25,13 @@ log = logging.getLogger(__name__)
 
 
 class _ConnectFailed(Exception):
-    """No HTTP answer from a broker (refused, reset, timed out)."""
+    """No HTTP answer from a broker (refused, reset, timed out). ``sent``:
+    the request may have reached the broker (anything but a refused
+    connection), so its outcome is unknown."""
+
+    def __init__(self, message: str, *, sent: bool) -> None:
+        super().__init__(message)
+        self.sent = sent
 
 
 class _Reply(NamedTuple):
@@ -98,11 +105,12 @@ class ProduceClient:
             except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError) as exc:
                 self._drop_conn(broker)
                 if reused and attempt == 0:
-                    continue
-                raise _ConnectFailed(f"{type(exc).__name__}: {exc}") from exc
+                    continue  # the broker closed the idle connection before reading the request
+                raise _ConnectFailed(f"{type(exc).__name__}: {exc}", sent=True) from exc
             except (OSError, http.client.HTTPException) as exc:  # refused, timeout, DNS, bad status line
                 self._drop_conn(broker)
-                raise _ConnectFailed(f"{type(exc).__name__}: {exc}") from exc
+                sent = not isinstance(exc, (ConnectionRefusedError, socket.gaierror))
+                raise _ConnectFailed(f"{type(exc).__name__}: {exc}", sent=sent) from exc
             if resp.will_close:
                 self._drop_conn(broker)
             text = data.decode("utf-8", errors="replace")
@@ -162,10 +170,15 @@ class ProduceClient:
                         retriable=f.retriable,
                     )
             pending = [b for b, _, _ in retry]
+            unknown = [b for b, _, f in retry if f.unknown]
             with stats_lock:
                 stats.retries += 1
                 stats.retried_batches += len(pending)
                 stats.retried_records += sum(b.count for b in pending)
+                # At-least-once: a batch of unknown outcome is sent again and
+                # counted, since its records may now be in the log twice.
+                stats.unknown_batches += len(unknown)
+                stats.unknown_records += sum(b.count for b in unknown)
             backoff = backoff.next()
             log.info(
                 "retrying %d batch(es) in %.0f ms: %s", len(pending), backoff.delay_s * 1000, retry[0][2].error
@@ -188,7 +201,7 @@ class ProduceClient:
             reply = self.post(broker, "/produce", body)
         except _ConnectFailed as exc:
             self._mark_down(broker, str(exc))
-            f = _Failure(True, None, "ConnectionFailed", f"cannot reach {broker.url}: {exc}")
+            f = _Failure(True, None, "ConnectionFailed", f"cannot reach {broker.url}: {exc}", unknown=exc.sent)
             return [], [(b, f) for b in batches]
         return self._classify(broker, batches, reply)
 
@@ -211,15 +224,18 @@ class ProduceClient:
                         int(res.get("count", b.count)), b.payload_bytes, broker.url,
                     ))
                 else:
+                    kind = str(res.get("error_type") or error_type)
                     failed.append((b, _Failure(
-                        bool(res.get("retriable", False)), reply.status,
-                        str(res.get("error_type") or error_type), str(res.get("error") or error),
+                        bool(res.get("retriable", False)), reply.status, kind, str(res.get("error") or error),
+                        unknown=kind == OUTCOME_UNKNOWN,
                     )))
             return acks, failed
         if reply.status == 503 and error_type in ("ShuttingDown", "ProducerClosed"):
             self._mark_down(broker, error)
         if reply.status in (502, 503, 504):
-            f = _Failure(True, reply.status, error_type or "Unavailable", error)
+            # A 504 (the broker's, or a proxy's) leaves the outcome unknown.
+            unknown = reply.status == 504 or error_type == OUTCOME_UNKNOWN
+            f = _Failure(True, reply.status, error_type or "Unavailable", error, unknown=unknown)
         elif reply.status == 413:
             f = _Failure(False, reply.status, error_type, f"{error} (lower max_request_bytes / max_request_records)")
         else:
@@ -232,3 +248,8 @@ class _Failure(NamedTuple):
     status: int | None
     error_type: str | None
     error: str
+    unknown: bool = False
+    """The batch may be in the log already (OutcomeUnknown): a re-send may duplicate it."""
+
+
+OUTCOME_UNKNOWN = "OutcomeUnknown"

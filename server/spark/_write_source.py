@@ -196,8 +196,10 @@ class LlogWriter(DataSourceArrowWriter):
         rows, tasks, total = self._totals(messages)
         self._leave_summary(rows, tasks, total, ok=True)
         log.info(
-            "llog write to %s: %d rows, %d records acknowledged, %d requests, %d retried batches",
+            "llog write to %s: %d rows, %d records acknowledged, %d requests, %d retried batches, "
+            "%d batches (%d records) of unknown outcome re-sent (at-least-once)",
             self.topic, rows, total.records_acked, total.requests, total.retried_batches,
+            total.unknown_batches, total.unknown_records,
         )
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:

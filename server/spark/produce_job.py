@@ -29,10 +29,11 @@ task gets its slice as Arrow batches, assigns partitions, and hands the
 records to a :class:`~server.spark._http_client.TaskProducer`: bounded
 multi-partition requests, a stable broker per partition with fallback,
 retries for 503/409-retriable/connection failures. Delivery is **at least
-once**: a record is acknowledged by exactly one produce answer, but a retry
-after a lost answer, a 504, or a Spark task retry can append it again. The
-summary counts retried batches (``retried_records`` bounds the possible
-duplicates of a run whose Spark tasks did not fail).
+once**: a record is acknowledged by exactly one produce answer, but a batch
+whose outcome was unknown (``OutcomeUnknown``, a 504, a lost answer) is sent
+again and may then be in the log twice, and so may the records of a retried
+Spark task. The summary counts those batches apart (``unknown_records``
+bounds the duplicates of a run whose Spark tasks did not fail).
 
 Progress: every ``--progress-interval-s`` the driver prints a line with the
 records and bytes acknowledged so far; tasks report them over a best-effort
@@ -191,7 +192,11 @@ class ProduceSummary:
     """Retry rounds (a re-send of one or more failed batches)."""
     retried_batches: int
     retried_records: int
-    """Records re-sent: an upper bound on duplicates when no Spark task failed."""
+    """Records re-sent, after definite failures or unknown outcomes."""
+    unknown_batches: int
+    """Batches of unknown outcome, re-sent (at-least-once)."""
+    unknown_records: int
+    """Their records: an upper bound on duplicates when no Spark task failed."""
     duration_s: float
     tasks: int
     partitions: dict[int, PartitionRange] = field(default_factory=dict)
@@ -214,6 +219,8 @@ class ProduceSummary:
             "retries": self.retries,
             "retried_batches": self.retried_batches,
             "retried_records": self.retried_records,
+            "unknown_batches": self.unknown_batches,
+            "unknown_records": self.unknown_records,
             "duration_s": round(self.duration_s, 3),
             "mb_per_s": round(self.mb_per_s, 3),
             "rows_per_s": round(self.rows_per_s, 1),
@@ -232,6 +239,8 @@ class ProduceSummary:
             f"  records acknowledged {self.records_acked:,} ({self.bytes_acked / 1e6:,.2f} MB payload)",
             f"  requests             {self.requests:,} ({self.retries:,} retries, "
             f"{self.retried_batches:,} retried batches, {self.retried_records:,} records re-sent)",
+            f"  unknown outcomes     {self.unknown_batches:,} batches, {self.unknown_records:,} records "
+            "(re-sent: at-least-once, these may appear twice)",
             f"  duration             {self.duration_s:.2f} s  "
             f"({self.rows_per_s:,.0f} rows/s, {self.mb_per_s:.2f} MB/s)",
             f"  tasks                {self.tasks}",
@@ -322,6 +331,7 @@ def run_produce_job(
         topic=options.topic, rows_read=totals["rows"], records_acked=total.records_acked,
         bytes_acked=total.bytes_acked, requests=total.requests, retries=total.retries,
         retried_batches=total.retried_batches, retried_records=total.retried_records,
+        unknown_batches=total.unknown_batches, unknown_records=total.unknown_records,
         duration_s=duration, tasks=totals["tasks"],
         partitions={p: PartitionRange(*r) for p, r in sorted(total.ranges.items())},
     )

@@ -12,6 +12,7 @@ import time
 import pytest
 
 from server.leaderless_log_writer import LeaderlessLogWriter
+from tests.integration._raw_http import MALFORMED_REQUESTS, parse_answer, raw_until_closed
 
 pytestmark = pytest.mark.integration
 
@@ -198,6 +199,17 @@ def test_body_shorter_than_its_length_is_400(client) -> None:
         s.shutdown(socket.SHUT_WR)
         answer = s.recv(65536)
     assert answer.startswith(b"HTTP/1.1 400")
+
+
+@pytest.mark.parametrize(("request_bytes", "status"), MALFORMED_REQUESTS)
+def test_malformed_requests_get_the_json_error_body(shared_broker, request_bytes: bytes, status: int) -> None:
+    got, headers, body = parse_answer(raw_until_closed(shared_broker.host, shared_broker.port, request_bytes))
+    assert got == status, body
+    assert headers["content-type"] == "application/json"
+    assert headers["connection"] == "close" and int(headers["content-length"]) == len(body)
+    doc = json.loads(body)
+    assert doc["error_type"] == "HttpProtocolError" and doc["error"], doc
+    assert shared_broker.client.request("GET", "/health").status == 200  # still serving
 
 
 def test_records_per_request_limit_is_413(session_broker, unique_topic) -> None:

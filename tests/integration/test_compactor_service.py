@@ -19,16 +19,18 @@ import threading
 import time
 import urllib.error
 import urllib.request
+import uuid
 from pathlib import Path
 
 import pytest
 
 from server._config import OxiaConfig
-from server.devstack import die_with_parent_argv
+from server.devstack import OxiaServerPorts, OxiaStandalone, die_with_parent_argv, ensure_oxia, free_ports
 from server._keys import LogLayout, TopicPartition
 from server._metastore import OxiaMetadataStore
 from server._records import CompactionCursor, CompactorClaim, ControlRecord, IndexEntry
 from server.leaderless_log_writer import SharedAppendGroup
+from tests.integration._raw_http import MALFORMED_REQUESTS, parse_answer, raw_until_closed
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
@@ -320,6 +322,56 @@ def test_killed_service_frees_its_claim_after_the_session_timeout(services, meta
     assert claim_holder(meta, keys) is None
 
 
+def test_compaction_catches_up_after_oxia_restarts_under_a_held_claim(stack, services, tmp_path):
+    """Oxia is killed while the service holds a claim and restarted a few
+    seconds later. The run and the release fail, the service's Oxia session
+    survives the outage (30 s), and so does its claim: the service must not
+    take its own leftover claim for another compactor's and stay idle."""
+    # A dedicated Oxia (the session stack's S3): restarting the session's Oxia would disturb other tests.
+    oxia = OxiaStandalone(ensure_oxia(), tmp_path, ports=OxiaServerPorts(*free_ports(3)), shards=1)
+    oxia.start()
+    try:
+        env = {**stack.env(root_prefix=f"t-{uuid.uuid4().hex[:8]}"),
+               "LLOG_OXIA_SERVICE_ADDRESS": oxia.address, "LLOG_OXIA_SESSION_TIMEOUT_MS": "30000"}
+        tp = TopicPartition("orders", 0)
+        keys = LogLayout(env["LLOG_ROOT_PREFIX"]).keys(tp)
+        from server.leaderless_log_writer import LeaderlessLogWriter
+
+        with LeaderlessLogWriter.from_env(env) as w:
+            fill(w, [tp], batches=3)
+        mark = tmp_path / "run-started"
+        svc = services("svc-o", wrapper=True, args=("--targets", "orders:0"),
+                       extra_env={**env, "TEST_COMPACT_DELAY_S": "1", "TEST_MARK_FILE": str(mark)})
+        wait_until(mark.exists, 30, "the first run to start (claim held)")
+        oxia.processes[0].kill()
+        wait_until(lambda: svc.counter("compactor_claim_releases_total", "outcome=error") >= 1, 60,
+                   "the release to fail while Oxia is down")
+        started = time.monotonic()
+        oxia.start()
+        restart_s = time.monotonic() - started
+        print(f"dedicated Oxia restarted in {restart_s:.2f}s")
+
+        meta = OxiaMetadataStore(OxiaConfig.from_env(env))
+        try:
+            with LeaderlessLogWriter.from_env(env) as w:
+                fill(w, [tp], batches=3)
+            # Well under the 30 s session timeout: an expiring claim cannot be what frees the log.
+            took = wait_until(lambda: fully_compacted(meta, keys), 20, "compaction to catch up after the restart")
+            assert high_watermark(meta, keys) == 18
+        finally:
+            meta.close()
+        print(f"caught up {took:.1f}s after the restart")
+        # The claim really was left behind (the session survived) and was dealt with as ours.
+        retried = svc.counter("compactor_claim_release_retries_total", "outcome=released")
+        leftovers = svc.counter("compactor_leftover_claims_total", "outcome=deleted")
+        assert retried + leftovers >= 1, svc.output()
+        assert svc.counter("compactor_tasks_total", "outcome=busy") == 0
+        assert svc.metrics()["gauges"]["compactor_lag_offsets"] == {"partition=0,topic=orders": 0}
+        assert svc.terminate() == 0
+    finally:
+        oxia.stop()
+
+
 def test_sigterm_lets_the_run_in_flight_finish_and_releases_its_claim(services, meta, writer, reader, llog_env, tmp_path):
     tp = TopicPartition("orders", 0)
     keys = layout(llog_env).keys(tp)
@@ -377,6 +429,39 @@ def test_discovery_http_and_vacuum(services, meta, writer, reader, llog_env):
     for tp in (target, other):
         assert [r.payload for r in reader.iter_from(tp.topic, tp.partition, 1)] == written[tp]
     assert svc.terminate() == 0
+
+
+@pytest.fixture(scope="module")
+def http_service(stack, tmp_path_factory):
+    """One compactor service (no targets, no discovery) for the HTTP-only tests."""
+    root = f"t-{uuid.uuid4().hex[:8]}"
+    svc = Service(stack.env(root_prefix=root), tmp_path_factory.mktemp("http-service"), "svc-http")
+    try:
+        svc.wait_healthy()
+        yield svc
+    finally:
+        svc.close()
+
+
+@pytest.mark.parametrize(("request_bytes", "status"), MALFORMED_REQUESTS)
+def test_malformed_requests_get_the_json_error_body(http_service, request_bytes, status):
+    got, headers, body = parse_answer(raw_until_closed("127.0.0.1", http_service.port, request_bytes))
+    assert got == status, body
+    assert headers["content-type"] == "application/json"
+    assert headers["connection"] == "close" and int(headers["content-length"]) == len(body)
+    doc = json.loads(body)
+    assert doc["error_type"] == "HttpProtocolError" and doc["error"], doc
+    assert http_service.get("/health")[0] == 200  # still serving
+
+
+def test_http_errors_are_json(http_service):
+    status, body = http_service.get("/nope")
+    assert status == 404
+    assert json.loads(body)["error_type"] == "NotFound"
+    got, headers, body = parse_answer(raw_until_closed("127.0.0.1", http_service.port,
+                                                       b"BREW /health HTTP/1.1\r\nConnection: close\r\n\r\n"))
+    assert (got, headers["content-type"]) == (501, "application/json")
+    assert json.loads(body)["error_type"] == "HttpProtocolError"
 
 
 def test_once_compacts_each_log_and_exits(llog_env, writer, meta, reader):

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from server._config import BatchConfig, OxiaConfig, S3Config, env_int, env_str
+from server._config import MIN_SESSION_TIMEOUT_MS, BatchConfig, OxiaConfig, S3Config, env_int, env_str
 from server._errors import ConfigError
 
 OXIA_ENV = {"LLOG_OXIA_SERVICE_ADDRESS": "127.0.0.1:6648"}
@@ -48,12 +48,12 @@ def test_oxia_all_vars() -> None:
             **OXIA_ENV,
             "LLOG_OXIA_NAMESPACE": "ns",
             "LLOG_ROOT_PREFIX": "test/abc",
-            "LLOG_OXIA_SESSION_TIMEOUT_MS": "2000",
+            "LLOG_OXIA_SESSION_TIMEOUT_MS": "5000",
             "LLOG_CLIENT_IDENTIFIER": "broker-1",
         }
     )
     assert (config.namespace, config.root_prefix) == ("ns", "test/abc")
-    assert (config.session_timeout_ms, config.client_identifier) == (2000, "broker-1")
+    assert (config.session_timeout_ms, config.client_identifier) == (5000, "broker-1")
 
 
 @pytest.mark.parametrize("env", [{}, {"LLOG_OXIA_SERVICE_ADDRESS": ""}, {"LLOG_OXIA_SERVICE_ADDRESS": "  "}])
@@ -67,10 +67,25 @@ def test_oxia_address_needs_port() -> None:
         OxiaConfig.from_env({"LLOG_OXIA_SERVICE_ADDRESS": "localhost"})
 
 
-@pytest.mark.parametrize("timeout", ["1999", "0", "-1"])
-def test_session_timeout_below_2000_rejected(timeout: str) -> None:
-    with pytest.raises(ConfigError, match="LLOG_OXIA_SESSION_TIMEOUT_MS"):
+def test_session_timeout_minimum_is_5000() -> None:
+    assert MIN_SESSION_TIMEOUT_MS == 5000
+    assert OxiaConfig.from_env({**OXIA_ENV, "LLOG_OXIA_SESSION_TIMEOUT_MS": "5000"}).session_timeout_ms == 5000
+
+
+@pytest.mark.parametrize("timeout", ["4999", "3000", "2000", "1999", "0", "-1"])
+def test_session_timeout_below_the_minimum_rejected_with_the_reason(timeout: str) -> None:
+    """oxia==0.2.1 sends a keepalive only every 2 s: 2000 ms (the old minimum)
+    lost its session within seconds; see MIN_SESSION_TIMEOUT_MS."""
+    with pytest.raises(ConfigError, match="LLOG_OXIA_SESSION_TIMEOUT_MS") as info:
         OxiaConfig.from_env({**OXIA_ENV, "LLOG_OXIA_SESSION_TIMEOUT_MS": timeout})
+    message = str(info.value)
+    assert ">= 5000" in message and f"got {timeout}" in message
+    assert "keepalive" in message and "2000 ms" in message
+
+
+def test_session_timeout_minimum_also_applies_to_the_constructor() -> None:
+    with pytest.raises(ConfigError, match=">= 5000"):
+        OxiaConfig("127.0.0.1:6648", session_timeout_ms=2000)
 
 
 def test_session_timeout_bad_text() -> None:

@@ -214,6 +214,31 @@ def test_409_retries_only_the_failed_retriable_partition(broker: FakeBroker) -> 
     assert stats.retried_batches == 1 and stats.records_acked == 3
 
 
+def test_unknown_outcomes_are_resent_and_counted_apart_from_definite_failures(broker: FakeBroker) -> None:
+    """At-least-once: a batch answered OutcomeUnknown (or a 504) is sent
+    again and counted as a possible duplicate; a definite retriable failure
+    is re-sent too but cannot duplicate, so it is not counted as unknown."""
+    answers = iter(["unknown", "definite", "504", "ack"])
+
+    def script(body: dict) -> tuple[int, dict]:
+        kind = next(answers)
+        if kind == "504":
+            return 504, {"error": "no flush outcome", "error_type": "OutcomeUnknown", "retriable": True}
+        if kind == "ack":
+            return broker.ack_all(body)
+        error_type = "OutcomeUnknown" if kind == "unknown" else "ConcurrencyConflict"
+        res = [{"topic": tp["topic"], "partition": tp["partition"], "ok": False, "count": len(tp["records"]),
+                "error_type": error_type, "error": kind, "retriable": True} for tp in body["topic_partitions"]]
+        return 409, {"results": res, "error_type": "AppendFailed", "error": kind}
+
+    broker.script = script
+    stats = produce(config(broker.url, max_in_flight=1), {0: ["a", "b"]})
+    assert stats.retried_batches == 3 and stats.retried_records == 6
+    assert (stats.unknown_batches, stats.unknown_records) == (2, 4)
+    assert stats.records_acked == 2
+    assert ProduceStats.from_json(stats.to_json()).unknown_records == 4
+
+
 def test_409_non_retriable_fails_at_once_naming_broker_and_partition(broker: FakeBroker) -> None:
     def script(body: dict) -> tuple[int, dict]:
         res = [{"topic": "t", "partition": tp["partition"], "ok": False, "count": 1,
@@ -232,7 +257,7 @@ def test_409_non_retriable_fails_at_once_naming_broker_and_partition(broker: Fak
 
 
 def test_retry_budget_exhausted_raises_with_last_error(broker: FakeBroker) -> None:
-    broker.script = lambda body: (504, {"error": "no flush outcome", "error_type": "Timeout"})
+    broker.script = lambda body: (504, {"error": "no flush outcome", "error_type": "OutcomeUnknown"})
     with pytest.raises(ProduceFailed) as info:
         produce(config(broker.url, max_retries=2), {0: ["a"]})
     assert info.value.attempts == 3 and info.value.status == 504
