@@ -41,7 +41,7 @@ from typing import Callable, Mapping
 
 from ._codec import BATCH_ENCODING, encode_batch
 from ._config import OxiaConfig, S3Config, env_int
-from ._errors import InconsistentReadState, InvalidRequest, PartitionNotInitialized, VersionConflict
+from ._errors import InconsistentReadState, InvalidRequest, ObjectNotFound, PartitionNotInitialized, VersionConflict
 from ._keys import LogLayout, PartitionKeys
 from ._metastore import EXPECT_ABSENT, MetadataStore, Record
 from ._objectstore import ObjectStore
@@ -218,7 +218,14 @@ class LeaderlessLogCompactor(StoreClient):
         # K4: build and write the compacted object.
         t = time.perf_counter()
         items = [(keys, batch) for _, batch in selected]
-        payload_lists = self._reader.fetch_many(items)
+        try:
+            payload_lists = self._reader.fetch_many(items)
+        except ObjectNotFound:
+            if self._selection_overtaken(keys, start):
+                # Another compactor compacted this range while we stalled, and
+                # vacuum took the WAL objects it no longer needed.
+                return replace(base, outcome=CompactionOutcome.CONFLICT)
+            raise
         payloads = [p for batch_payloads in payload_lists for p in batch_payloads]
         if len(payloads) != end - start + 1:
             raise InconsistentReadState(
@@ -335,6 +342,13 @@ class LeaderlessLogCompactor(StoreClient):
             if count >= max_offsets:
                 break
         return selected
+
+    def _selection_overtaken(self, keys: PartitionKeys, start: int) -> bool:
+        """Whether another compaction has taken over the range selected from
+        ``start``: the cursor moved, or a compaction record exists."""
+        if self._cursor(keys)[0] != start:
+            return True
+        return self._meta.get(keys.compaction, keys.partition_key) is not None
 
     # -- K6..K11 and resume ----------------------------------------------------------
     def _drive(self, keys: PartitionKeys, record: CompactionRecord, version: int) -> CompactionOutcome:

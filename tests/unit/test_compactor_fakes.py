@@ -316,3 +316,28 @@ def test_late_materialization_by_a_recoverer_is_undone(stores):
         c.compact_once("orders", 0)  # recovers the pending and compacts through it
     assert materialize_pending(meta, keys, stale_pending) is False
     assert index(meta) == [(1, 10, "COMPACTED")]
+
+
+def test_a_compactor_overtaken_while_it_fetched_stops_with_a_conflict(stores):
+    """Found by the simulator (seed 1791): compactor A selects a range and
+    stalls; B compacts the range and vacuum deletes the WAL objects nobody
+    references any more; A's fetch then finds them gone. That is another
+    compactor's success, not a missing object."""
+    from server.leaderless_log_vacuum import Vacuum
+
+    want = fill(stores, batches=3)
+    a, b = make(stores, LeaderlessLogCompactor), make(stores, LeaderlessLogCompactor)
+    real_fetch = a._reader.fetch_many
+
+    def fetch_after_b_and_vacuum(items):
+        assert b.compact_once("orders", 0).outcome is CompactionOutcome.COMPACTED
+        with make(stores, Vacuum, grace_ms=0) as v:
+            assert v.run_once().deleted
+        return real_fetch(items)
+
+    a._reader.fetch_many = fetch_after_b_and_vacuum
+    assert a.compact_once("orders", 0).outcome is CompactionOutcome.CONFLICT
+    a.close()
+    b.close()
+    assert read_all(stores) == want
+    check_invariants(stores[0])

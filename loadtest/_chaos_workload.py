@@ -1,0 +1,478 @@
+"""The chaos test's clients: producers that record every outcome, the nemesis, the final reads.
+
+- ``Producer`` threads send ``POST /produce`` with 1-3 partitions x 1-20
+  unique records to a random live broker, one fresh connection per request
+  (so "could not connect" means nothing was sent), and record one
+  ``ProducedBatch`` per item with the outcome ``classify_produce_reply``
+  decides.
+- ``Nemesis`` SIGKILLs a random broker (two turns in three) or the
+  compactor (the third) every few seconds and starts it again a moment
+  later on its port; once per run (unless
+  disabled) it SIGKILLs Oxia and starts it again.
+- ``TailConsumer`` follows every partition through ``/consume`` while the
+  faults run: what it saw must still be in the log afterwards.
+- ``read_library`` and ``read_consume`` read every partition from offset 1
+  (``LeaderlessLogReader.iter_from``; ``/consume`` following
+  ``next_fetch_offset``) into a ``ReadPass``, stepping over offsets they
+  cannot read and recording why.
+"""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import itertools
+import json
+import logging
+import random
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+from loadtest._chaos_checker import FAILED, OK, UNKNOWN, ProducedBatch, ReadPass
+from loadtest._chaos_cluster import ChaosCluster
+
+__all__ = [
+    "History",
+    "Producer",
+    "Nemesis",
+    "TailConsumer",
+    "classify_produce_reply",
+    "read_library",
+    "read_consume",
+    "produce_request",
+]
+
+log = logging.getLogger(__name__)
+
+CLIENT_TIMEOUT_S = 30.0
+"""Socket timeout of a produce; longer than the brokers' produce timeout (504)."""
+MAX_ERRORS_PER_PARTITION = 20_000
+"""A read stops stepping over unreadable offsets of a partition after this many."""
+RETRIES = 5
+"""Attempts of a read that failed with a retriable error before the offset counts as unreadable."""
+
+
+# -- produce ----------------------------------------------------------------------------
+
+
+def classify_produce_reply(
+    status: int | None, doc: Any, groups: Sequence[tuple[str, int, Sequence[bytes]]], detail: str = ""
+) -> list[tuple[str, int | None, str]]:
+    """(outcome, start_offset, detail) per group of one produce request.
+
+    ``status`` None: no connection could be made, nothing was sent (failed).
+    ``status`` 0: the request may have been sent but no answer came (unknown).
+    """
+    n = len(groups)
+    if status is None:
+        return [(FAILED, None, f"no connection: {detail}")] * n
+    if status == 0:
+        return [(UNKNOWN, None, f"no answer: {detail}")] * n
+    results = doc.get("results") if isinstance(doc, dict) else None
+    if status in (200, 409, 503) and isinstance(results, list) and len(results) == n:
+        out: list[tuple[str, int | None, str]] = []
+        for res in results:
+            if res.get("ok") is True and isinstance(res.get("start_offset"), int):
+                out.append((OK, res["start_offset"], f"HTTP {status}"))
+            elif res.get("ok") is False and res.get("error_type") not in (None, "OutcomeUnknown"):
+                out.append((FAILED, None, f"HTTP {status} {res['error_type']}: {_oneline(res.get('error'))}"))
+            else:
+                out.append((UNKNOWN, None, f"HTTP {status} {res.get('error_type')}: {_oneline(res.get('error'))}"))
+        return out
+    error_type = doc.get("error_type") if isinstance(doc, dict) else None
+    if status == 503 or 400 <= status < 500:
+        # Refused before anything was written: shutting down, bad request, role.
+        return [(FAILED, None, f"HTTP {status} {error_type}")] * n
+    # 504 (no flush outcome in time), 500 (a bug, anywhere), anything else.
+    return [(UNKNOWN, None, f"HTTP {status} {error_type}")] * n
+
+
+def _oneline(text: object, limit: int = 160) -> str:
+    """An error message on one line, shortened for reports."""
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+def produce_request(port: int, body: bytes, timeout_s: float = CLIENT_TIMEOUT_S) -> tuple[int | None, Any, str]:
+    """POST /produce on a fresh connection: (status, JSON body, detail); see ``classify_produce_reply``."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout_s)
+    try:
+        try:
+            conn.connect()
+        except OSError as exc:
+            return None, None, f"{type(exc).__name__}: {exc}"
+        try:
+            conn.request("POST", "/produce", body=body, headers={"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            raw = resp.read()
+        except (OSError, http.client.HTTPException) as exc:
+            return 0, None, f"{type(exc).__name__}: {exc}"
+        try:
+            return resp.status, json.loads(raw), ""
+        except ValueError:
+            return resp.status, None, "answer is not JSON"
+    finally:
+        conn.close()
+
+
+class History:
+    """Every produce batch with its outcome (thread-safe), plus counters for progress."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.t0 = time.monotonic()
+        self.batches: list[ProducedBatch] = []
+        self.requests = 0
+        self.statuses: Counter[str] = Counter()
+        self.outcomes: Counter[str] = Counter()
+        self.details: Counter[str] = Counter()
+
+    def add(self, status: int | None, batches: Sequence[ProducedBatch]) -> None:
+        with self._lock:
+            self.requests += 1
+            self.statuses["refused" if status is None else "no-answer" if status == 0 else str(status)] += 1
+            self.batches.extend(batches)
+            for b in batches:
+                self.outcomes[b.outcome] += 1
+                if b.outcome != OK:
+                    self.details[f"{b.outcome}: {_detail_kind(b.detail)}"] += 1
+
+    def now_s(self) -> float:
+        """Seconds since the history started (the run's clock)."""
+        return round(time.monotonic() - self.t0, 3)
+
+    def snapshot(self) -> tuple[int, dict[str, int]]:
+        with self._lock:
+            return self.requests, dict(self.outcomes)
+
+
+def _detail_kind(detail: str) -> str:
+    """The part of an outcome detail worth counting: status and error type."""
+    return detail.split(":", 1)[0]
+
+
+class Producer(threading.Thread):
+    """Sends produce requests until ``stop`` is set; every payload is unique."""
+
+    def __init__(self, index: int, cluster: ChaosCluster, history: History, stop: threading.Event,
+                 seed: int) -> None:
+        super().__init__(name=f"chaos-producer-{index}", daemon=True)
+        self.index = index
+        self._cluster = cluster
+        self._history = history
+        self._halt = stop
+        self._rng = random.Random(seed)
+        self._seq = 0
+
+    def run(self) -> None:
+        while not self._halt.is_set():
+            live = self._cluster.live_brokers()
+            if not live:
+                self._halt.wait(0.05)  # pacing while every broker is down, not synchronization
+                continue
+            self.send_one(self._rng.choice(live).port)
+
+    def send_one(self, port: int, tag: str | None = None) -> list[ProducedBatch]:
+        rng = self._rng
+        self._seq += 1
+        tag = tag or f"p{self.index}"
+        parts = rng.sample(range(self._cluster.partitions), k=min(rng.randint(1, 3), self._cluster.partitions))
+        groups = [
+            (self._cluster.topic, p, [f"{tag}-{self._seq}-{j}-{i}".encode() for i in range(rng.randint(1, 20))])
+            for j, p in enumerate(parts)
+        ]
+        body = json.dumps({"topic_partitions": [
+            {"topic": t, "partition": p, "records": [r.decode() for r in recs]} for t, p, recs in groups
+        ]}).encode()
+        sent_s = self._history.now_s()
+        status, doc, detail = produce_request(port, body)
+        answered_s = self._history.now_s()
+        outcomes = classify_produce_reply(status, doc, groups, detail)
+        batches = [
+            ProducedBatch(f"{tag}-{self._seq}-{j}", t, p, tuple(recs), outcome, start, why, sent_s, answered_s)
+            for j, ((t, p, recs), (outcome, start, why)) in enumerate(zip(groups, outcomes))
+        ]
+        self._history.add(status, batches)
+        if status is None:
+            self._halt.wait(0.05)  # the broker just died: pace the retries
+        return batches
+
+
+class TailConsumer(threading.Thread):
+    """Follows every partition through ``/consume`` on random live brokers
+    while the faults run; what it sees becomes an incomplete ``ReadPass``.
+    Errors are expected here (Oxia is down for a while) and only counted."""
+
+    def __init__(self, cluster: ChaosCluster, stop: threading.Event, seed: int) -> None:
+        super().__init__(name="chaos-tail-consumer", daemon=True)
+        self._cluster = cluster
+        self._halt = stop
+        self._rng = random.Random(seed)
+        self.records: dict[tuple[str, int], dict[int, bytes]] = {
+            (cluster.topic, p): {} for p in range(cluster.partitions)
+        }
+        self.requests = 0
+        self.errors: Counter[str] = Counter()
+
+    def run(self) -> None:
+        topic = self._cluster.topic
+        next_offset = {p: 1 for p in range(self._cluster.partitions)}
+        while not self._halt.is_set():
+            live = self._cluster.live_brokers()
+            if not live:
+                self._halt.wait(0.05)  # pacing while every broker is down
+                continue
+            doc = {"topic_partitions": [{"topic": topic, "partition": p, "fetch_offset": o}
+                                        for p, o in next_offset.items()],
+                   "max_wait_ms": 100}
+            self.requests += 1
+            try:
+                status, answer = _consume([None], self._rng.choice(live).port, doc, retries=1)
+            except (OSError, http.client.HTTPException, ValueError) as exc:
+                self.errors[type(exc).__name__] += 1
+                self._halt.wait(0.05)  # the broker just died: pace the retries
+                continue
+            if status != 200:
+                self.errors[f"HTTP {status}"] += 1
+                continue
+            for res in answer["results"]:
+                if not res.get("ok"):
+                    self.errors[str(res.get("error_type"))] += 1
+                    continue
+                seen = self.records[(topic, res["partition"])]
+                for r in res["records"]:
+                    seen[r["offset"]] = _value_bytes(r["value"])
+                next_offset[res["partition"]] = max(next_offset[res["partition"]], res["next_fetch_offset"])
+
+    def read_pass(self) -> ReadPass:
+        return ReadPass("consume-while-faulting", self.records, complete=False)
+
+
+# -- nemesis ------------------------------------------------------------------------------
+
+
+@dataclass
+class NemesisEvent:
+    at_s: float
+    what: str
+
+
+class Nemesis(threading.Thread):
+    """Kills and restarts processes until ``stop`` is set."""
+
+    def __init__(self, cluster: ChaosCluster, stop: threading.Event, *, seconds: float, oxia_restart: bool,
+                 seed: int, interval_s: tuple[float, float] = (2.0, 4.0), down_s: tuple[float, float] = (0.2, 2.0),
+                 oxia_down_s: tuple[float, float] = (1.0, 3.0), t0: float | None = None) -> None:
+        super().__init__(name="chaos-nemesis", daemon=True)
+        self._cluster = cluster
+        self._halt = stop
+        self._rng = random.Random(seed)
+        self._seconds = seconds
+        self._oxia_pending = oxia_restart
+        self._interval_s = interval_s
+        self._down_s = down_s
+        self._oxia_down_s = oxia_down_s
+        # The run's clock (``History.t0``), so event times line up with batch times.
+        self._t0 = time.monotonic() if t0 is None else t0
+        self.kills: Counter[str] = Counter()
+        self.restart_failures: Counter[str] = Counter()
+        self.events: list[NemesisEvent] = []
+
+    def _note(self, what: str) -> None:
+        self.events.append(NemesisEvent(round(time.monotonic() - self._t0, 2), what))
+        log.info("nemesis: %s", what)
+
+    def run(self) -> None:
+        rng = self._rng
+        oxia_at = self._t0 + self._seconds * rng.uniform(0.3, 0.6)
+        turns = itertools.cycle(["broker", "compactor", "broker"])  # every kind, whatever the seed
+        while not self._halt.wait(rng.uniform(*self._interval_s)):
+            try:
+                if self._oxia_pending and time.monotonic() >= oxia_at:
+                    self._oxia_pending = False
+                    self._restart_oxia()
+                elif next(turns) == "broker":
+                    self._restart_broker(rng.randrange(len(self._cluster.brokers)))
+                else:
+                    self._restart_compactor()
+            except Exception as exc:  # noqa: BLE001 - a failed restart is retried by heal()
+                self._note(f"restart failed: {exc}")
+
+    def _restart_broker(self, i: int) -> None:
+        self._fault("broker", self._cluster.brokers[i].name, lambda: self._cluster.kill_broker(i),
+                    lambda: self._cluster.start_broker(i), self._down_s)
+
+    def _restart_compactor(self) -> None:
+        self._fault("compactor", "compactor", self._cluster.kill_compactor, self._cluster.start_compactor,
+                    self._down_s)
+
+    def _restart_oxia(self) -> None:
+        self._fault("oxia", "oxia", self._cluster.kill_oxia, self._cluster.start_oxia, self._oxia_down_s)
+
+    def _fault(self, kind: str, name: str, kill: Callable[[], None], start: Callable[[], None],
+               down_s: tuple[float, float]) -> None:
+        """SIGKILL, stay down for a moment (part of the fault), start again and wait until healthy."""
+        kill()
+        self.kills[kind] += 1
+        self._note(f"SIGKILL {name}")
+        self._halt.wait(self._rng.uniform(*down_s))
+        started = time.monotonic()
+        try:
+            start()
+        except Exception:
+            self.restart_failures[name] += 1
+            raise
+        self._note(f"{name} back in {time.monotonic() - started:.1f}s")
+
+
+# -- reads ----------------------------------------------------------------------------------
+
+
+def _library_partition(reader: Any, topic: str, partition: int) -> tuple[dict[int, bytes], dict[int, str], int]:
+    from server._errors import LlogError
+
+    def retrying(fn: Any) -> Any:
+        for attempt in range(RETRIES):
+            try:
+                return fn()
+            except LlogError as exc:
+                if not exc.retriable or attempt == RETRIES - 1:
+                    raise
+                time.sleep(0.2 * 2**attempt)  # backoff between retries of a transient storage error
+
+    hw = retrying(lambda: reader.high_watermark(topic, partition))
+    records: dict[int, bytes] = {}
+    errors: dict[int, str] = {}
+    offset = 1
+    bad: tuple[int, str] | None = None  # an error reported ahead of where the scan got to
+    tries = 0
+    while offset <= hw:
+        if bad is not None and offset >= bad[0]:
+            errors[bad[0]] = bad[1]
+            offset, bad = bad[0] + 1, None
+            continue
+        upto = hw if bad is None else bad[0] - 1
+        try:
+            for rec in reader.iter_from(topic, partition, offset, end=upto):
+                records[rec.offset] = rec.payload
+                offset = rec.offset + 1
+            if offset <= upto:
+                errors[offset] = f"the scan ended early, at {offset - 1} of {upto}"
+                offset += 1
+        except LlogError as exc:
+            if exc.retriable and tries < RETRIES:
+                tries += 1
+                time.sleep(0.2 * 2**tries)
+                continue
+            tries = 0
+            why = f"{type(exc).__name__}: {_oneline(exc.message)}"
+            # The scan reads ahead, so it can fail on a later batch before it
+            # yields the earlier ones: read up to the failing offset first.
+            if exc.offset is not None and offset < exc.offset <= upto and bad is None:
+                bad = (exc.offset, why)
+            else:
+                errors[offset] = why
+                offset += 1
+        if len(errors) >= MAX_ERRORS_PER_PARTITION:
+            for o in range(offset, hw + 1):
+                errors.setdefault(o, "not read: too many unreadable offsets")
+            break
+    return records, errors, hw
+
+
+def read_library(env: Mapping[str, str], topic: str, partitions: int, source: str = "library") -> tuple[ReadPass, dict[int, int]]:
+    """Every partition through ``LeaderlessLogReader.iter_from``; also returns the high watermarks."""
+    from server.leaderless_log_reader import LeaderlessLogReader
+
+    records: dict[tuple[str, int], dict[int, bytes]] = {}
+    errors: dict[tuple[str, int], dict[int, str]] = {}
+    hws: dict[int, int] = {}
+    with LeaderlessLogReader.from_env(env) as reader:
+        for p in range(partitions):
+            got, bad, hw = _library_partition(reader, topic, p)
+            records[(topic, p)] = got
+            if bad:
+                errors[(topic, p)] = bad
+            hws[p] = hw
+    return ReadPass(source, records, errors), hws
+
+
+def _value_bytes(value: Any) -> bytes:
+    return value.encode("utf-8") if isinstance(value, str) else base64.b64decode(value["base64"])
+
+
+def _consume(conn_box: list[http.client.HTTPConnection | None], port: int, doc: dict,
+             retries: int = RETRIES) -> tuple[int, Any]:
+    """POST /consume on the connection in ``conn_box`` (reconnecting, ``retries`` attempts)."""
+    body = json.dumps(doc).encode()
+    for attempt in range(retries):
+        conn = conn_box[0]
+        if conn is None:
+            conn = conn_box[0] = http.client.HTTPConnection("127.0.0.1", port, timeout=CLIENT_TIMEOUT_S)
+        try:
+            conn.request("POST", "/consume", body=body, headers={"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            return resp.status, json.loads(resp.read())
+        except (OSError, http.client.HTTPException, ValueError):
+            conn.close()
+            conn_box[0] = None
+            if attempt == retries - 1:
+                raise
+            time.sleep(0.2 * 2**attempt)  # backoff before reconnecting
+    raise AssertionError("unreachable")
+
+
+def read_consume(port: int, topic: str, partitions: int, until: Mapping[int, int], source: str) -> ReadPass:
+    """Every partition through one broker's ``/consume`` from offset 1, following
+    ``next_fetch_offset`` until an answer has no records; an offset that
+    answers an error is recorded and stepped over (up to ``until[p]``, the
+    library's high watermark)."""
+    records: dict[tuple[str, int], dict[int, bytes]] = {}
+    errors: dict[tuple[str, int], dict[int, str]] = {}
+    conn_box: list[http.client.HTTPConnection | None] = [None]
+    try:
+        for p in range(partitions):
+            got: dict[int, bytes] = {}
+            bad: dict[int, str] = {}
+            offset, tries = 1, 0
+            while True:
+                try:
+                    status, doc = _consume(conn_box, port, {
+                        "topic_partitions": [{"topic": topic, "partition": p, "fetch_offset": offset}],
+                        "max_wait_ms": 0,
+                    })
+                except (OSError, http.client.HTTPException, ValueError) as exc:
+                    for o in range(offset, until.get(p, 0) + 1):
+                        bad[o] = f"no answer from /consume: {exc}"
+                    break
+                res = doc["results"][0] if status == 200 else None
+                if res is None or not res.get("ok"):
+                    retriable = res.get("retriable") if res else status >= 500
+                    if retriable and tries < RETRIES:
+                        tries += 1
+                        time.sleep(0.2 * 2**tries)  # backoff before retrying a transient error
+                        continue
+                    tries = 0
+                    what = (f"{res.get('error_code')} {res.get('error_type')}: {_oneline(res.get('error'))}"
+                            if res else f"HTTP {status}: {doc}")
+                    bad[offset] = what
+                    offset += 1
+                    if offset > until.get(p, 0) or len(bad) >= MAX_ERRORS_PER_PARTITION:
+                        break
+                    continue
+                tries = 0
+                if not res["records"]:
+                    break
+                for r in res["records"]:
+                    got[r["offset"]] = _value_bytes(r["value"])
+                offset = res["next_fetch_offset"]
+            records[(topic, p)] = got
+            if bad:
+                errors[(topic, p)] = bad
+    finally:
+        if conn_box[0] is not None:
+            conn_box[0].close()
+    return ReadPass(source, records, errors)

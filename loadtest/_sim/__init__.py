@@ -1,0 +1,25 @@
+"""A deterministic simulation tester for the llog protocol.
+
+In the style of FoundationDB's simulator and TigerBeetle's VOPR: the real
+writer, compactor, fencer, vacuum and reader code runs as several actors
+over the in-memory stores, one store call at a time, in an order and with
+faults drawn from one seed; invariants are checked after every step, and a
+failing seed replays exactly. Modules, one job each:
+
+- ``_clock``: simulated time and uuids;
+- ``_patches``: swaps them (and inline thread pools) into the protocol modules;
+- ``_faults``: which fault strikes at a step;
+- ``_scheduler``: the baton between actor threads, the trace;
+- ``_stores``: store wrappers that make each call a scheduling point;
+- ``_actors``: what each simulated process does;
+- ``_history``: append outcomes and reads, for the checker;
+- ``_invariants``: SPEC 8 on raw metadata;
+- ``_checker``: invariants and reads after every step, and at the end;
+- ``_run``: one seed from start to verdict.
+"""
+
+from ._faults import FaultRates
+from ._history import is_unknown_outcome
+from ._run import RunResult, SimConfig, SimFailure, run_seed
+
+__all__ = ["FaultRates", "RunResult", "SimConfig", "SimFailure", "is_unknown_outcome", "run_seed"]

@@ -1,0 +1,228 @@
+"""The actors: what each simulated process does, in its own thread.
+
+Each actor is a loop of protocol operations on the real classes, built over
+the scheduling store wrappers. A ``SimCrash`` raised at a scheduling point
+ends the current operation like a SIGKILL: the actor drops its object (a
+writer's control cache, a compactor's state) and a fresh instance carries
+on, as a restarted process would. Errors a correct run can produce under
+the injected faults are expected; any other error is a violation recorded
+in the history.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Callable
+
+from server._errors import (
+    CompactionConflict,
+    ConcurrencyConflict,
+    LlogError,
+    MetadataStoreError,
+    ObjectNotFound,
+    ObjectStoreError,
+    PartitionNotInitialized,
+)
+from server._structs import SharedAppendGroup
+
+from ._clock import SimClock
+from ._history import UNKNOWN, History
+from ._scheduler import Scheduler, SimCrash
+
+__all__ = ["World", "writer", "compactor", "fencer", "vacuum", "reader"]
+
+TP = tuple[str, int]
+
+
+@dataclass
+class World:
+    """What every actor shares: the scheduler, clock, history and factories
+    for fresh protocol objects over the scheduling stores."""
+
+    sched: Scheduler
+    clock: SimClock
+    history: History
+    tps: list[TP]
+    new_writer: Callable[[], object]
+    new_compactor: Callable[[], object]
+    new_reader: Callable[[], object]
+    new_vacuum: Callable[[], object]
+    grace_ms: int
+
+    def nap(self, seconds: float) -> None:
+        """Idle a while; a crash while idle is only a restart."""
+        try:
+            self.sched.sleep(seconds)
+        except SimCrash:
+            pass
+
+    def jump(self, ms: int) -> None:
+        """Move time forward as far as the operations in flight allow."""
+        try:
+            self.sched.point("time.jump", f"+{ms}ms")
+        except SimCrash:
+            return
+        ms = int(min(ms, self.max_jump_ms()))
+        if ms > 0:
+            self.sched.faults.counts["grace_jump"] += 1
+            self.clock.advance(ms)
+
+    def max_jump_ms(self) -> float:
+        """SPEC 7.0 assumes an operation does not take longer than ``G - D``
+        between writing an object and referencing it (the blob age check and
+        the reference are moments apart). A jump larger than that while an
+        append or compaction is in flight would model a stall the protocol
+        does not claim to survive, so jumps are capped to keep it true."""
+        refs = self.history.references_in_flight
+        if not refs:
+            return float("inf")
+        oldest = min(refs.values())
+        return max(0.0, self.grace_ms - 60_000 - 5_000 - (self.clock.elapsed_ms - oldest))
+
+
+def _expected(exc: LlogError, *allowed: type[LlogError]) -> bool:
+    return isinstance(exc, allowed) and not isinstance(exc, ObjectNotFound)
+
+
+def writer(world: World, name: str, rng: random.Random, tps: list[TP], appends: int) -> None:
+    h = world.history
+    w = world.new_writer()
+    for tp in tps:
+        for _ in range(10):
+            try:
+                w.initialize_partition(*tp)
+                break
+            except SimCrash:
+                w = world.new_writer()
+            except LlogError as exc:
+                if not _expected(exc, MetadataStoreError):
+                    h.violations.append(f"{name}: initialize_partition{tp} raised {exc!r}")
+    retry: list[tuple[TP, tuple[bytes, ...]]] = []
+    for n in range(appends):
+        if retry:
+            groups, retry = retry, []
+        else:
+            k = 2 if len(tps) > 1 and rng.random() < 0.35 else 1
+            groups = [(tp, tuple(f"{name}-{n}-{g}-{i}".encode() for i in range(rng.randint(1, 3))))
+                      for g, tp in enumerate(rng.sample(tps, k))]
+        attempts = [h.begin(name, tp, payloads) for tp, payloads in groups]
+        h.references_in_flight[name] = world.clock.elapsed_ms
+        try:
+            results = w.append_shared_results([SharedAppendGroup(tp[0], tp[1], list(p)) for tp, p in groups])
+        except SimCrash:
+            for a in attempts:
+                h.crashed(a)
+            w = world.new_writer()
+            world.nap(rng.uniform(0.001, 0.2))
+            results = None
+        except LlogError as exc:
+            h.violations.append(f"{name}: append_shared_results raised {exc!r}")
+            results = None
+        finally:
+            h.references_in_flight.pop(name, None)
+        if results is not None:
+            for a, r in zip(attempts, results):
+                if r.error is not None:
+                    h.fail(a, r.error)
+                    if isinstance(r.error, ObjectNotFound):
+                        h.violations.append(f"{name}: append {a.id} failed with {r.error!r}")
+                else:
+                    h.acknowledge(a, r.start_offset, r.end_offset)
+        # A producer that cannot tell whether its append landed may send it
+        # again (at-least-once): the records may then appear twice.
+        retry = [(a.tp, a.payloads) for a in attempts if a.status == UNKNOWN and rng.random() < 0.5]
+        if rng.random() < 0.3:
+            world.nap(rng.uniform(0.001, 0.05))
+
+
+def compactor(world: World, name: str, rng: random.Random, runs: int) -> None:
+    h = world.history
+    c = world.new_compactor()
+    for _ in range(runs):
+        world.nap(rng.uniform(0.001, 0.05))
+        tp = rng.choice(world.tps)
+        h.references_in_flight[name] = world.clock.elapsed_ms
+        try:
+            c.compact_once(tp[0], tp[1], max_offsets=rng.randint(1, 8))
+        except SimCrash:
+            c = world.new_compactor()
+        except LlogError as exc:
+            if not _expected(exc, MetadataStoreError, ObjectStoreError, CompactionConflict, PartitionNotInitialized):
+                h.violations.append(f"{name}: compact_once{tp} raised {type(exc).__name__}: {exc}")
+        finally:
+            h.references_in_flight.pop(name, None)
+
+
+def fencer(world: World, name: str, rng: random.Random, cycles: int) -> None:
+    h = world.history
+    w = world.new_writer()
+    for _ in range(cycles):
+        world.nap(rng.uniform(0.005, 0.1))
+        tp = rng.choice(world.tps)
+        for op in ("fence_partition", "unfence_partition"):
+            for _attempt in range(20):  # the log must end OPEN, so keep at it
+                try:
+                    getattr(w, op)(*tp)
+                    break
+                except SimCrash:
+                    w = world.new_writer()
+                except LlogError as exc:
+                    if isinstance(exc, PartitionNotInitialized):
+                        break
+                    if not _expected(exc, MetadataStoreError, ConcurrencyConflict):
+                        h.violations.append(f"{name}: {op}{tp} raised {type(exc).__name__}: {exc}")
+                world.nap(rng.uniform(0.001, 0.02))
+            world.nap(rng.uniform(0.001, 0.05))
+
+
+def vacuum(world: World, name: str, rng: random.Random, passes: int) -> None:
+    h = world.history
+    v = world.new_vacuum()
+    for _ in range(passes):
+        world.nap(rng.uniform(0.01, 0.2))
+        if rng.random() < 0.7:
+            world.jump(world.grace_ms + rng.randint(1_000, 120_000))
+        try:
+            report = v.run_once()
+        except SimCrash:
+            v = world.new_vacuum()
+            continue
+        except LlogError as exc:
+            if not _expected(exc, ObjectStoreError):
+                h.violations.append(f"{name}: vacuum raised {type(exc).__name__}: {exc}")
+            continue
+        for err in report.errors:
+            if "simulated" not in err:
+                h.violations.append(f"{name}: vacuum reported {err}")
+
+
+def reader(world: World, name: str, rng: random.Random, reads: int) -> None:
+    h = world.history
+    r = world.new_reader()
+    for _ in range(reads):
+        world.nap(rng.uniform(0.001, 0.05))
+        tp = rng.choice(world.tps)
+        acked = h.acked_offsets.get(tp)
+        if not acked:
+            continue
+        offset = rng.choice(acked)
+        how = rng.choice(("read_offset", "read_offset", "iter_from", "iter_runs"))
+        try:
+            if how == "read_offset":
+                got = [(offset, r.read_offset(tp[0], tp[1], offset).payload)]
+            elif how == "iter_from":
+                got = [(x.offset, x.payload) for x in r.iter_from(tp[0], tp[1], offset, offset + rng.randint(0, 12))]
+            else:
+                got = [(o, run.records[o - run.base_offset]) for run in r.iter_runs(tp[0], tp[1], offset)
+                       for o in range(run.first, run.last + 1)]
+        except SimCrash:
+            r = world.new_reader()
+            continue
+        except LlogError as exc:
+            if not _expected(exc, MetadataStoreError, ObjectStoreError):
+                h.violations.append(f"{name}: {how}({tp[0]}:{tp[1]}, {offset}) raised {type(exc).__name__}: {exc}")
+            continue
+        if not got or got[0][0] != offset:
+            h.violations.append(f"{name}: {how}({tp[0]}:{tp[1]}, {offset}) returned offsets {[o for o, _ in got][:3]}")
+        h.reads.extend((name, tp, o, p) for o, p in got)

@@ -1,0 +1,192 @@
+"""One simulated run: build the world from a seed, drive it, check it.
+
+``run_seed(seed)`` draws the run's shape (logs, writers, compactors, a
+fencer, a vacuum, readers) from the seed, starts every actor in its own
+thread under the :class:`Scheduler`, checks after every step, checks
+everything once more at the end, and returns a :class:`RunResult`. Any
+violation raises :class:`SimFailure` carrying the last steps of the trace
+and the command that replays the run exactly.
+"""
+
+from __future__ import annotations
+
+import random
+import traceback
+from collections import Counter
+from dataclasses import dataclass, field
+
+from server._config import OxiaConfig, S3Config
+from server.leaderless_log_compactor import LeaderlessLogCompactor
+from server.leaderless_log_reader import LeaderlessLogReader
+from server.leaderless_log_vacuum import Vacuum
+from server.leaderless_log_writer import LeaderlessLogWriter
+
+from . import _actors
+from ._checker import Checker, Violation
+from ._clock import SimClock, SimTimeModule, SimUuidModule
+from ._faults import FaultPlan, FaultRates
+from ._history import ACKED, FAILED, UNKNOWN, History
+from ._patches import determinism, inline_pools
+from ._scheduler import Scheduler, StepLimit
+from ._stores import ClockedObjectStore, IndexedMetadataStore, SimMetadataStore, SimObjectStore
+
+__all__ = ["SimConfig", "RunResult", "SimFailure", "run_seed"]
+
+OXIA = OxiaConfig("sim:1", root_prefix="llog")
+S3 = S3Config("llog")
+GRACE_MS = 3_600_000
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    max_steps: int = 4_000
+    """A run still going after this many steps fails (livelock or a hang)."""
+    faults: FaultRates = field(default_factory=FaultRates)
+    scan_every: int = 8
+    """Full scan of one log every this many writing steps."""
+    trace_len: int = 40
+    stop_after: int | None = None
+    """End each run after this many steps (every actor still running stops
+    as if crashed) and check the state it left."""
+    scale: float = 1.0
+    """Multiplies the number of operations per actor."""
+
+
+@dataclass(frozen=True)
+class RunResult:
+    seed: int
+    steps: int
+    order_hash: str
+    faults: Counter
+    acked: int
+    failed: int
+    unknown: int
+    checker_reads: int
+    sim_ms: int
+    shape: str
+    handoffs: frozenset
+    errors: Counter
+    """Append outcomes other than acknowledged, by error type (``crash`` for
+    a writer that died mid-append)."""
+    """Distinct (step, next step of another actor) pairs, as (actor kind|op|key kind)."""
+
+
+class SimFailure(AssertionError):
+    """A seed broke an invariant. ``str()`` shows the reason, the trace and
+    how to replay it."""
+
+    def __init__(self, seed: int, reason: str, trace: list[str], shape: str, order_hash: str,
+                 actors: list[str] = ()) -> None:
+        self.seed = seed
+        self.reason = reason
+        self.trace = trace
+        self.actors = list(actors)
+        self.shape = shape
+        self.order_hash = order_hash
+        super().__init__(self.render())
+
+    def render(self) -> str:
+        return "\n".join([
+            f"simulation seed {self.seed} failed ({self.shape}):",
+            *("  " + line for line in self.reason.splitlines()),
+            f"last {len(self.trace)} steps (step, sim time, actor, op, key, fault):",
+            *("  " + line for line in self.trace),
+            "actors when it failed:",
+            *("  " + line for line in self.actors),
+            f"order hash {self.order_hash}; replay: python -m loadtest.simulate --seed {self.seed}",
+        ])
+
+
+def _short(key: str) -> str:
+    return key.replace("llog/", "").replace("/partitions/", ":")
+
+
+def run_seed(seed: int, config: SimConfig | None = None) -> RunResult:
+    """Run one seed; raises SimFailure if anything is wrong."""
+    config = config or SimConfig()
+    plan = random.Random(f"{seed}:plan")
+    n_logs = plan.randint(1, 3)
+    tps = [("t", p) for p in range(n_logs)]
+    n_writers = plan.randint(2, 4)
+    n_compactors = plan.choice((1, 1, 2))
+    n_readers = plan.randint(1, 2)
+    with_fencer = plan.random() < 0.5
+    with_vacuum = plan.random() < 0.7
+    shape = (f"{n_logs} logs, {n_writers} writers, {n_compactors} compactors, {n_readers} readers"
+             f"{', fencer' if with_fencer else ''}{', vacuum' if with_vacuum else ''}")
+
+    clock = SimClock()
+    faults = FaultPlan(random.Random(f"{seed}:faults"), config.faults)
+    sched = Scheduler(random.Random(f"{seed}:sched"), clock, faults, trace_len=config.trace_len)
+    time_module = SimTimeModule(clock, sched.sleep)
+    history = History()
+    meta = IndexedMetadataStore()
+    objects = ClockedObjectStore(clock)
+    checker = Checker(meta, objects, history, OXIA, S3, tps, random.Random(f"{seed}:checker"),
+                      scan_every=config.scan_every)
+    sim_meta = SimMetadataStore(meta, sched, checker.note_meta_write)
+    sim_objects = SimObjectStore(objects, sched, checker.note_object_write)
+    stores = {"metadata_store": sim_meta, "object_store": sim_objects}
+
+    world = _actors.World(
+        sched=sched, clock=clock, history=history, tps=tps,
+        new_writer=lambda: inline_pools(LeaderlessLogWriter(OXIA, S3, commit_parallelism=1, **stores)),
+        new_compactor=lambda: inline_pools(LeaderlessLogCompactor(OXIA, S3, **stores)),
+        new_reader=lambda: inline_pools(LeaderlessLogReader(OXIA, S3, **stores)),
+        new_vacuum=lambda: Vacuum(OXIA, S3, grace_ms=GRACE_MS, now_ms=clock.now_ms, **stores),
+        grace_ms=GRACE_MS,
+    )
+    sched.max_jump_ms = world.max_jump_ms
+
+    def ops(lo: int, hi: int) -> int:
+        return max(1, round(plan.randint(lo, hi) * config.scale))
+
+    actors = []
+    for i in range(n_writers):
+        mine = plan.sample(tps, plan.randint(1, n_logs))
+        actors.append((f"w{i}", "writer", _actors.writer, (mine, ops(3, 8))))
+    for i in range(n_compactors):
+        actors.append((f"compactor{i}", "compactor", _actors.compactor, (ops(3, 10),)))
+    if with_fencer:
+        actors.append(("fencer", "fencer", _actors.fencer, (ops(1, 2),)))
+    if with_vacuum:
+        actors.append(("vacuum", "vacuum", _actors.vacuum, (ops(1, 3),)))
+    for i in range(n_readers):
+        actors.append((f"r{i}", "reader", _actors.reader, (ops(3, 8),)))
+
+    def trace() -> list[str]:
+        return [_short(s.line()) for s in sched.trace]
+
+    with determinism(time_module, SimUuidModule(random.Random(f"{seed}:uuid")), random.Random(f"{seed}:jitter")):
+        for name, kind, body, args in actors:
+            rng = random.Random(f"{seed}:{name}")
+            sched.spawn(name, kind, lambda body=body, name=name, rng=rng, args=args: body(world, name, rng, *args))
+
+        def after_step(step) -> None:
+            crashed = sched.failed_actor()
+            if crashed is not None:
+                raise Violation(f"actor {crashed.name} died of an unexpected "
+                                f"{type(crashed.error).__name__}: {crashed.error}")
+            checker.after_step()
+
+        try:
+            sched.run(config.max_steps, after_step, config.stop_after)
+            checker.final()
+        except (Violation, StepLimit) as exc:
+            raise SimFailure(seed, f"{type(exc).__name__}: {exc}", trace(), shape, sched.order_hash,
+                             [_short(line) for line in sched.whereabouts()]) from None
+        except Exception as exc:  # a bug in the simulator (or the library) surfacing in the checker
+            reason = "".join(traceback.format_exception(exc)[-6:]).rstrip()
+            raise SimFailure(seed, f"unexpected {type(exc).__name__} in the checker:\n{reason}", trace(), shape,
+                             sched.order_hash, [_short(line) for line in sched.whereabouts()]) from exc
+        finally:
+            sched.stop_all()
+
+    status = Counter(a.status for a in history.attempts)
+    return RunResult(
+        seed=seed, steps=sched.steps, order_hash=sched.order_hash, faults=Counter(faults.counts),
+        acked=status[ACKED], failed=status[FAILED], unknown=status[UNKNOWN],
+        checker_reads=checker.reads, sim_ms=int(clock.elapsed_ms), shape=shape,
+        handoffs=frozenset(sched.handoffs),
+        errors=Counter(a.error.split(":", 1)[0].replace(" ", "_") for a in history.attempts if a.error),
+    )

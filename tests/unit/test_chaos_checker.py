@@ -1,0 +1,252 @@
+"""The chaos checker over hand-made histories: each violation kind is found,
+nothing is reported for a correct log, and produce answers are classified
+as the HTTP contract says."""
+
+from __future__ import annotations
+
+import pytest
+
+from loadtest._chaos_checker import FAILED, KINDS, OK, UNKNOWN, ProducedBatch, ReadPass, check
+from loadtest._chaos_workload import classify_produce_reply
+
+T = "t"
+
+
+def batch(bid: str, outcome: str, start: int | None = None, n: int = 3, partition: int = 0) -> ProducedBatch:
+    return ProducedBatch(bid, T, partition, tuple(f"{bid}-{i}".encode() for i in range(n)), outcome, start)
+
+
+def log_of(*batches_at: tuple[ProducedBatch, int], partition: int = 0) -> dict[int, bytes]:
+    """offset -> value with each batch's records laid out from the given offset."""
+    out: dict[int, bytes] = {}
+    for b, start in batches_at:
+        for i, v in enumerate(b.payloads):
+            out[start + i] = v
+    return out
+
+
+def read(records: dict[int, bytes], source: str = "library", errors: dict[int, str] | None = None,
+         partition: int = 0) -> ReadPass:
+    return ReadPass(source, {(T, partition): records}, {(T, partition): errors} if errors else {})
+
+
+def kinds(result) -> dict[str, int]:
+    return result.by_kind()
+
+
+def test_a_correct_log_has_no_violations_and_counts_outcomes() -> None:
+    a, b = batch("a", OK, 1), batch("b", OK, 4, n=2)
+    failed, unknown_in, unknown_out = batch("f", FAILED), batch("u1", UNKNOWN), batch("u2", UNKNOWN)
+    records = log_of((a, 1), (b, 4), (unknown_in, 6))
+    result = check([a, b, failed, unknown_in, unknown_out], [read(records), read(dict(records), "consume@b1")])
+    assert result.ok, result.violations
+    assert result.batches == {OK: 2, FAILED: 1, UNKNOWN: 2}
+    assert result.records == {OK: 5, FAILED: 3, UNKNOWN: 6}
+    assert (result.unknown_present, result.unknown_absent) == (1, 1)
+    assert result.reads == {"library": 8, "consume@b1": 8}
+
+
+def test_lost_acknowledged_record() -> None:
+    a = batch("a", OK, 1)
+    records = log_of((a, 1))
+    del records[2]
+    result = check([a], [read(records)])
+    assert kinds(result) == {"lost": 1}
+    (v,) = result.violations
+    assert (v.batch_id, v.offset, v.sources) == ("a", 2, ("library",))
+
+
+def test_acknowledged_record_at_an_unreadable_offset() -> None:
+    a, b = batch("a", OK, 1), batch("b", OK, 4)
+    records = log_of((a, 1))
+    result = check([a, b], [read(records, errors={4: "InconsistentReadState: gap", 5: "x", 6: "x"})])
+    assert kinds(result) == {"ack_unreadable": 1, "unreadable": 1}
+    unreadable = [v for v in result.violations if v.kind == "unreadable"][0]
+    assert unreadable.offset == 4 and "4..6 (3)" in unreadable.detail
+
+
+def test_acknowledged_record_at_another_offset() -> None:
+    a = batch("a", OK, 1)
+    result = check([a], [read(log_of((a, 2)))])
+    assert kinds(result) == {"wrong_offset": 1}
+
+
+def test_two_acknowledgements_of_one_offset() -> None:
+    a, b = batch("a", OK, 1), batch("b", OK, 3)
+    result = check([a, b], [])
+    assert kinds(result) == {"ack_overlap": 1}
+
+
+@pytest.mark.parametrize("outcome", [OK, FAILED, UNKNOWN])
+def test_a_batch_twice_in_the_log(outcome: str) -> None:
+    b = batch("b", outcome, 1 if outcome == OK else None)
+    result = check([b], [read(log_of((b, 1), (b, 4)))])
+    expected = {"duplicate": 1}
+    if outcome == FAILED:
+        expected["failed_present"] = 1
+    assert kinds(result) == expected
+
+
+def test_a_definitely_failed_batch_in_the_log() -> None:
+    ok, failed = batch("ok", OK, 1), ProducedBatch("f", T, 0, (b"f-0", b"f-1"), FAILED, None, "HTTP 409 MetadataStoreError")
+    result = check([ok, failed], [read(log_of((ok, 1), (failed, 4)))])
+    assert kinds(result) == {"failed_present": 1}
+    assert "MetadataStoreError" in result.violations[0].detail
+
+
+@pytest.mark.parametrize("outcome", [FAILED, UNKNOWN])
+def test_a_batch_in_part(outcome: str) -> None:
+    b = batch("b", outcome, n=4)
+    records = log_of((b, 1))
+    del records[3]
+    result = check([b], [read(records)])
+    expected = {"partial": 1}
+    if outcome == FAILED:
+        expected["failed_present"] = 1
+    assert kinds(result) == expected
+
+
+def test_missing_records_at_unreadable_offsets_are_not_called_partial() -> None:
+    b = batch("b", UNKNOWN, n=4)
+    records = log_of((b, 1))
+    del records[3], records[4]
+    result = check([b], [read(records, errors={3: "gap", 4: "gap"})])
+    assert kinds(result) == {"unreadable": 1}
+
+
+def test_a_batch_whole_but_out_of_order() -> None:
+    b = batch("b", UNKNOWN, n=3)
+    records = {1: b.payloads[0], 2: b.payloads[2], 3: b.payloads[1]}
+    assert kinds(check([b], [read(records)])) == {"torn": 1}
+    gap = {1: b.payloads[0], 2: b.payloads[1], 5: b.payloads[2]}
+    assert kinds(check([b], [read(gap)])) == {"torn": 1}
+
+
+def test_a_value_never_sent() -> None:
+    a = batch("a", OK, 1)
+    records = {**log_of((a, 1)), 4: b"stranger"}
+    result = check([a], [read(records)])
+    assert kinds(result) == {"unexpected": 1}
+    other_partition = ReadPass("library", {(T, 0): log_of((a, 1)), (T, 1): {1: a.payloads[0]}})
+    assert kinds(check([a], [other_partition])) == {"unexpected": 1}
+
+
+def test_reads_that_disagree() -> None:
+    a, u = batch("a", OK, 1), batch("u", UNKNOWN)
+    library = read(log_of((a, 1), (u, 4)))
+    consume = read({**log_of((a, 1)), 4: u.payloads[0], 5: u.payloads[2], 6: u.payloads[1]}, "consume@b1")
+    result = check([a, u], [library, consume])
+    assert kinds(result) == {"divergent": 2, "torn": 1}
+    short = read(log_of((a, 1)), "consume@b2")
+    result = check([a, u], [library, short])
+    assert kinds(result) == {"read_mismatch": 1}
+    (v,) = result.violations
+    assert v.sources == ("consume@b2",) and "4..6" in v.detail
+
+
+def test_an_offset_one_read_could_not_return_is_unreadable_not_a_mismatch() -> None:
+    a = batch("a", OK, 1)
+    library = read(log_of((a, 1)))
+    consume = read({1: a.payloads[0], 2: a.payloads[1]}, "consume@b1", errors={3: "STORAGE_ERROR"})
+    assert kinds(check([a], [library, consume])) == {"ack_unreadable": 1, "unreadable": 1}
+
+
+def test_the_same_finding_in_several_reads_is_reported_once_with_every_source() -> None:
+    a = batch("a", OK, 1)
+    records = log_of((a, 1))
+    del records[3]
+    result = check([a], [read(records), read(dict(records), "consume@b1")])
+    (v,) = result.violations
+    assert v.kind == "lost" and v.sources == ("library", "consume@b1")
+
+
+def test_every_kind_has_a_description_and_examples_are_bounded() -> None:
+    assert set(KINDS) >= {"lost", "duplicate", "failed_present", "partial", "unexpected", "divergent"}
+    bs = [batch(f"a{i}", OK, 1 + 3 * i) for i in range(10)]
+    result = check(bs, [read({})])
+    assert kinds(result) == {"lost": 10}
+    assert len(result.examples(per_kind=3)["lost"]) == 3
+
+
+def test_history_mistakes_are_refused() -> None:
+    with pytest.raises(ValueError):
+        ProducedBatch("x", T, 0, (b"1",), OK, None)
+    with pytest.raises(ValueError):
+        ProducedBatch("x", T, 0, (b"1",), FAILED, 3)
+    with pytest.raises(ValueError):
+        ProducedBatch("x", T, 0, (b"1",), "lost", None)
+    twice = ProducedBatch("y", T, 0, (b"1",), FAILED)
+    with pytest.raises(ValueError, match="sent twice"):
+        check([ProducedBatch("x", T, 0, (b"1",), FAILED), twice], [])
+
+
+# -- produce answers -> outcomes ---------------------------------------------------------------
+
+GROUPS = [(T, 0, [b"a", b"b"]), (T, 1, [b"c"]), (T, 2, [b"d"])]
+
+
+def ok_result(start: int) -> dict:
+    return {"topic": T, "partition": 0, "ok": True, "start_offset": start, "end_offset": start, "count": 1}
+
+
+def err_result(error_type: str) -> dict:
+    return {"topic": T, "partition": 0, "ok": False, "count": 1, "error_type": error_type, "error": "x",
+            "retriable": True}
+
+
+def outcomes(status, doc, detail: str = "") -> list[tuple[str, int | None]]:
+    return [(o, s) for o, s, _ in classify_produce_reply(status, doc, GROUPS, detail)]
+
+
+def test_classify_200_acknowledges_every_batch_at_its_offsets() -> None:
+    doc = {"results": [ok_result(1), ok_result(7), ok_result(3)]}
+    assert outcomes(200, doc) == [(OK, 1), (OK, 7), (OK, 3)]
+
+
+def test_classify_409_per_batch_and_outcome_unknown_is_unknown() -> None:
+    doc = {"results": [ok_result(5), err_result("OutcomeUnknown"), err_result("MetadataStoreError")],
+           "error_type": "AppendFailed"}
+    assert outcomes(409, doc) == [(OK, 5), (UNKNOWN, None), (FAILED, None)]
+
+
+def test_classify_refusals_before_anything_was_written_as_failed() -> None:
+    back_pressure = {"results": [err_result("BackPressureRejected")] * 3, "error_type": "BackPressureRejected"}
+    assert outcomes(503, back_pressure) == [(FAILED, None)] * 3
+    assert outcomes(503, {"error_type": "ShuttingDown", "error": "x"}) == [(FAILED, None)] * 3
+    assert outcomes(400, {"error_type": "InvalidRequest"}) == [(FAILED, None)] * 3
+    assert outcomes(None, None, "ConnectionRefusedError") == [(FAILED, None)] * 3
+
+
+def test_classify_lost_answers_timeouts_and_bugs_as_unknown() -> None:
+    assert outcomes(0, None, "RemoteDisconnected") == [(UNKNOWN, None)] * 3
+    assert outcomes(504, {"error_type": "Timeout"}) == [(UNKNOWN, None)] * 3
+    assert outcomes(500, {"error_type": "InternalError"}) == [(UNKNOWN, None)] * 3
+    assert outcomes(200, {"results": [ok_result(1)]}) == [(UNKNOWN, None)] * 3  # not one result per batch
+
+
+# -- a read that followed the log while it was faulted -----------------------------------------
+
+
+def test_an_incomplete_read_is_not_expected_to_hold_everything() -> None:
+    a, b = batch("a", OK, 1), batch("b", OK, 4)
+    full = read(log_of((a, 1), (b, 4)))
+    tail = ReadPass("tail", {(T, 0): {1: a.payloads[0], 2: a.payloads[1]}}, complete=False)
+    assert check([a, b], [full, tail]).ok
+
+
+def test_what_an_incomplete_read_saw_must_stay_in_the_log_even_for_unknown_batches() -> None:
+    a, u = batch("a", OK, 1), batch("u", UNKNOWN)
+    full = read(log_of((a, 1)))
+    tail = ReadPass("tail", {(T, 0): log_of((a, 1), (u, 4))}, complete=False)
+    result = check([a, u], [full, tail])
+    assert kinds(result) == {"read_mismatch": 1}
+    assert result.violations[0].sources == ("library",)
+
+
+def test_an_incomplete_read_still_finds_wrong_values_and_failed_batches() -> None:
+    a, f = batch("a", OK, 1), batch("f", FAILED)
+    full = read(log_of((a, 1)))
+    swapped = ReadPass("tail", {(T, 0): {1: a.payloads[1], 2: a.payloads[0]}}, complete=False)
+    assert kinds(check([a], [full, swapped])) == {"wrong_offset": 1, "divergent": 2}
+    failed_seen = ReadPass("tail", {(T, 0): {4: f.payloads[0]}}, complete=False)
+    assert kinds(check([a, f], [full, failed_seen])) == {"failed_present": 1, "read_mismatch": 1}
