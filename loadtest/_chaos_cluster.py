@@ -31,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Mapping, TypeVar
 
-from server.devstack import LocalStack, ManagedProcess, StackError, die_with_parent_argv, free_ports, shard_leaders
+from devstack import LocalStack, ManagedProcess, StackError, die_with_parent_argv, free_ports, shard_leaders
 
 __all__ = ["ChaosCluster", "ServiceProcess", "BROKER_ENV", "COMPACTOR_ENV"]
 

@@ -31,7 +31,7 @@ def stack_env(stack: ExitStack) -> dict[str, str]:
     if os.environ.get("LLOG_OXIA_SERVICE_ADDRESS"):
         env = {k: v for k, v in os.environ.items() if k.startswith(("LLOG_", "AWS_"))}
     else:
-        from server.devstack import LocalStack
+        from devstack import LocalStack
 
         print("[bench] no LLOG_OXIA_SERVICE_ADDRESS: starting a private local stack ...", flush=True)
         data = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="llog-bench-")))
@@ -56,7 +56,7 @@ class Broker:
     it gets SIGTERM if the benchmark dies (see ``die_with_parent_argv``)."""
 
     def __init__(self, env: dict[str, str], role: str, log_path: Path) -> None:
-        from server.devstack import die_with_parent_argv
+        from devstack import die_with_parent_argv
 
         self._log = open(log_path, "wb")
         self.proc = subprocess.Popen(

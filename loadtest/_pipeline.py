@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-from server.devstack import ManagedProcess, free_ports
+from devstack import ManagedProcess, free_ports
 
 MASK64 = (1 << 64) - 1
 

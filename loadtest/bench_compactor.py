@@ -42,13 +42,13 @@ from pathlib import Path
 from loadtest._common import stack_env
 from typing import Callable
 
-from server._compactor_config import CompactorServiceConfig
+from server._compaction.config import CompactorServiceConfig
 from server._config import BatchConfig, OxiaConfig, S3Config
 from server._errors import BackPressureRejected
-from server._keys import LogLayout
-from server._metastore import OxiaMetadataStore
-from server._records import CompactionCursor, ControlRecord
-from server.devstack import die_with_parent_argv
+from server._protocol.keys import LogLayout
+from server._protocol.records import CompactionCursor, ControlRecord
+from server._storage.metastore import OxiaMetadataStore
+from devstack import die_with_parent_argv
 from server.leaderless_log_compactor_server import CompactorService
 from server.leaderless_log_metrics import LlogMetrics
 from server.leaderless_log_vacuum import Vacuum

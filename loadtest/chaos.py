@@ -1,6 +1,6 @@
 """Jepsen-style fault test with real processes: produce under SIGKILLs, then check the log.
 
-Starts a private standalone Oxia + MinIO (``server.devstack.LocalStack``),
+Starts a private standalone Oxia + MinIO (``devstack.LocalStack``),
 ``--brokers`` role-both brokers and one compactor service as real processes,
 initializes ``--partitions`` partitions of one topic under a fresh root
 prefix, then for ``--seconds``:

@@ -88,7 +88,7 @@ def counter_sum(snapshot: dict, name: str, **labels: str) -> float:
 
 
 def run(args: argparse.Namespace, r: Run) -> int:
-    from server.devstack import LocalStack, s3_client
+    from devstack import LocalStack, s3_client
     from server.leaderless_log_reader import LeaderlessLogReader
 
     with ExitStack() as stack:
@@ -177,7 +177,7 @@ def run(args: argparse.Namespace, r: Run) -> int:
                 print(f"    export {k}={shlex.quote(v)}")
             print("Stop it with:")
             print(f"  kill {broker.process.pid} {compactor.process.pid}")
-            print(f"  $LLOG_PY -m server.devstack down --data-dir {shlex.quote(str(data_dir / 'stack'))}")
+            print(f"  $LLOG_PY -m devstack down --data-dir {shlex.quote(str(data_dir / 'stack'))}")
             local.detach()
     r.say("OK")
     return 0

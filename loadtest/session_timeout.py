@@ -36,9 +36,9 @@ from pathlib import Path
 def _child(address: str, timeout_ms: int, seconds: float, drops: int, burn_threads: int) -> None:
     import oxia
 
-    from server import _oxia_compat
+    from server._storage import oxia_compat
 
-    _oxia_compat.apply()
+    oxia_compat.apply()
     warnings: dict[str, int] = {}
 
     class _Count(logging.Handler):
@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         _child(args.child[0], int(args.child[1]), args.seconds, args.drop_keepalives, args.burn_threads)
         return 0
 
-    from server.devstack import OxiaServerPorts, OxiaStandalone, ensure_oxia, free_ports
+    from devstack import OxiaServerPorts, OxiaStandalone, ensure_oxia, free_ports
 
     with tempfile.TemporaryDirectory() as tmp:
         oxia_server = OxiaStandalone(ensure_oxia(), Path(tmp), ports=OxiaServerPorts(*free_ports(3)), shards=1)

@@ -6,7 +6,7 @@
 #   2. creates the virtualenv $CACHE/venv-<sha256(requirements.txt)[:12]>,
 #      holding only the dependencies (the repo is found via PYTHONPATH, so one
 #      venv serves every clone with the same requirements.txt);
-#   3. builds Oxia and the S3 server into $CACHE/bin (python -m server.devstack install).
+#   3. builds Oxia and the S3 server into $CACHE/bin (python -m devstack install).
 #
 # CACHE is ${LLOG_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/llog}. Progress
 # goes to stderr; the only line on stdout is the venv's python, so
@@ -104,7 +104,7 @@ fi
 # --- server binaries -------------------------------------------------------
 
 # Fast (well under a second) once the stamps in $CACHE/bin exist.
-LLOG_CACHE_DIR="$CACHE" PYTHONPATH="$ROOT" "$VENV/bin/python" -m server.devstack install \
+LLOG_CACHE_DIR="$CACHE" PYTHONPATH="$ROOT" "$VENV/bin/python" -m devstack install \
     || die "building the local stack binaries failed (see above)"
 
 echo "$VENV/bin/python"

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, fields
 from typing import Mapping
 
 from ._errors import ConfigError
-from ._keys import validate_root_prefix
+from ._protocol.keys import validate_root_prefix
 
 __all__ = ["OxiaConfig", "S3Config", "BatchConfig", "MIN_SESSION_TIMEOUT_MS", "env_int", "env_str"]
 

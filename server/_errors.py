@@ -25,7 +25,8 @@ through ``retriable`` whether trying the same call again can help::
             └── ObjectNotFound         the object (or bucket) does not exist
 
 No Oxia, grpc or botocore exception crosses the storage boundary: the adapters
-in ``_metastore`` and ``_objectstore`` translate them with ``raise ... from``.
+in ``_storage/metastore.py`` and ``_storage/objectstore.py`` translate them
+with ``raise ... from``.
 """
 
 from __future__ import annotations

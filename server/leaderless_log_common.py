@@ -6,7 +6,10 @@ small private modules, one concept each, and are re-exported here.
 
 from __future__ import annotations
 
-from ._codec import (
+from ._config import BatchConfig, OxiaConfig, S3Config
+from ._errors import *  # noqa: F401,F403  (the error hierarchy)
+from ._errors import __all__ as _error_names
+from ._protocol.codec import (
     BATCH_ENCODING,
     SharedBlobHeader,
     SharedBlobPart,
@@ -15,10 +18,7 @@ from ._codec import (
     encode_batch,
     encode_shared_blob,
 )
-from ._config import BatchConfig, OxiaConfig, S3Config
-from ._errors import *  # noqa: F401,F403  (the error hierarchy)
-from ._errors import __all__ as _error_names
-from ._keys import (
+from ._protocol.keys import (
     LogLayout,
     PartitionKeys,
     TopicPartition,
@@ -27,7 +27,7 @@ from ._keys import (
     validate_partition,
     validate_topic,
 )
-from ._records import (
+from ._protocol.records import (
     ENTRY_COMPACTED,
     ENTRY_WAL,
     LOG_STATE_FENCED,
@@ -39,7 +39,7 @@ from ._records import (
     IndexEntry,
     PendingAppend,
 )
-from ._structs import AppendResult, ReadRecord, SharedAppendGroup
+from ._protocol.structs import AppendResult, ReadRecord, SharedAppendGroup
 
 __all__ = [
     "BATCH_ENCODING",

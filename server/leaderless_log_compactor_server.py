@@ -40,13 +40,14 @@ next run. Claims only avoid wasted work: correctness rests on
 ``compact_once``'s own conditional writes.
 
 **Code.** This module is the entry point (``main``, ``--help``) and
-re-exports :class:`CompactorService`; the scheduler, claims, discovery and
-vacuum thread are in ``_compactor_service``, the HTTP handler in
-``_compactor_http``, the configuration in ``_compactor_config`` and the
-shared-blob cache in ``_blob_cache``.
+re-exports :class:`CompactorService`; the rest is in ``server/_compaction/``:
+the scheduler, discovery and vacuum thread in ``service.py``, the claims in
+``claims.py``, task outcomes in ``tasks.py``, the HTTP handler in
+``http.py``, the configuration in ``config.py`` and the shared-blob cache in
+``blob_cache.py``.
 
 **Shared-blob cache.** The compactors read through
-:class:`~server._blob_cache.SharedBlobCache` (``LLOG_COMPACTOR_BLOB_CACHE_BYTES``):
+:class:`~server._compaction.blob_cache.SharedBlobCache` (``LLOG_COMPACTOR_BLOB_CACHE_BYTES``):
 a shared WAL blob that a second log compacts from is fetched whole once and
 sliced from memory, which cuts S3 GETs per compacted MB about tenfold when
 many logs share each flush (see the benchmark in ``loadtest/bench_compactor.py``).
@@ -71,8 +72,9 @@ import sys
 import threading
 from typing import Any, Mapping, Sequence
 
-from ._compactor_config import CompactorServiceConfig, parse_targets
-from ._compactor_service import OUTCOME_ERROR, CompactorService, TaskResult
+from ._compaction.config import CompactorServiceConfig, parse_targets
+from ._compaction.service import CompactorService
+from ._compaction.tasks import OUTCOME_ERROR, TaskResult
 from ._errors import ConfigError, LlogError
 
 __all__ = ["CompactorService", "TaskResult", "main", "parse_args", "config_from_args"]

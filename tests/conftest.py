@@ -6,7 +6,7 @@ on it), so unit tests never pay for it. Tests are isolated by a fresh
 
 Environment:
     LLOG_TEST_REUSE_STACK=<data-dir>  use a stack already started with
-        ``python -m server.devstack up --data-dir <data-dir>`` instead of
+        ``python -m devstack up --data-dir <data-dir>`` instead of
         starting one (fast edit-test loops)
     LLOG_TEST_OXIA_SHARDS=<n>         shards of the session stack's Oxia (default 1)
     LLOG_DEVSTACK_S3=versitygw        run the tests against versitygw instead of MinIO
@@ -22,7 +22,7 @@ from typing import Iterator
 import pytest
 
 from server._config import OxiaConfig, S3Config
-from server.devstack import LocalStack, StackSettings, read_state
+from devstack import LocalStack, StackSettings, read_state
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -60,7 +60,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackSettings]:
         if state is None or not state.all_alive:
             pytest.fail(
                 f"LLOG_TEST_REUSE_STACK={reuse}: no running stack there; start one with "
-                f"`python -m server.devstack up --data-dir {reuse}` or unset the variable",
+                f"`python -m devstack up --data-dir {reuse}` or unset the variable",
                 pytrace=False,
             )
         yield state.settings

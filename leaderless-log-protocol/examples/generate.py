@@ -3,7 +3,7 @@
 
 Every file in this folder (except this script) is produced here from fixed
 inputs -- fixed payloads, fixed ``created_at_ms``, fixed UUIDs -- by the
-library's own encoders (``server._codec``, ``server._records``). The same
+library's own encoders (``server._protocol.codec``, ``server._protocol.records``). The same
 function also renders the generated blocks of ``../SPEC.md`` (hex dumps, the
 field-by-field walk through a batch, the exact Oxia values), so the prose and
 the bytes cannot drift apart.
@@ -42,15 +42,15 @@ SPEC_PATH = PROTOCOL_DIR / "SPEC.md"
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from server._codec import (  # noqa: E402
+from server._protocol.codec import (  # noqa: E402
     BATCH_ENCODING,
     BATCH_HEADER_SIZE,
     decode_shared_header,
     encode_batch,
     encode_shared_blob,
 )
-from server._keys import LogLayout  # noqa: E402
-from server._records import (  # noqa: E402
+from server._protocol.keys import LogLayout  # noqa: E402
+from server._protocol.records import (  # noqa: E402
     ENTRY_COMPACTED,
     ENTRY_WAL,
     LOG_STATE_FENCED,

@@ -24,7 +24,7 @@ from server._errors import (
     ObjectStoreError,
     PartitionNotInitialized,
 )
-from server._structs import SharedAppendGroup
+from server._protocol.structs import SharedAppendGroup
 
 from ._clock import SimClock
 from ._history import UNKNOWN, History

@@ -26,8 +26,8 @@ from collections import Counter
 
 from server._config import OxiaConfig, S3Config
 from server._errors import PartitionNotInitialized
-from server._metastore import InMemoryMetadataStore
-from server._objectstore import InMemoryObjectStore
+from server._storage.metastore import InMemoryMetadataStore
+from server._storage.objectstore import InMemoryObjectStore
 from server.leaderless_log_reader import LeaderlessLogReader
 
 from ._history import FAILED, History

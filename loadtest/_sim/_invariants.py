@@ -13,8 +13,8 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 
-from server._metastore import InMemoryMetadataStore
-from server._records import ENTRY_COMPACTED, CompactionCursor, CompactionRecord, ControlRecord, IndexEntry
+from server._protocol.records import ENTRY_COMPACTED, CompactionCursor, CompactionRecord, ControlRecord, IndexEntry
+from server._storage.metastore import InMemoryMetadataStore
 
 __all__ = ["Entry", "LogView", "Snapshotter", "check_log", "describe"]
 

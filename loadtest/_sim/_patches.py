@@ -38,13 +38,13 @@ __all__ = ["PATCHED_MODULES", "InlineExecutor", "determinism", "inline_pools"]
 PATCHED_MODULES: dict[str, tuple[str, ...]] = {
     # _now_ms() for created_at_ms and the D check; uuid4 for blob names and
     # append ids; Backoff for CAS-conflict retries (jitter, deadline, sleep).
-    "server.leaderless_log_writer": ("time", "uuid", "Backoff"),
+    "server._log.writer": ("time", "uuid", "Backoff"),
     # time.time for created_at_ms and the D check before K5, perf_counter for
     # stage timers; uuid4 for compacted object names and compaction ids.
-    "server.leaderless_log_compactor": ("time", "uuid", "Backoff"),
+    "server._compaction.compactor": ("time", "uuid", "Backoff"),
     # time.monotonic/time.time for run timing (the grace clock itself is
     # passed in as now_ms=, the vacuum's own seam).
-    "server.leaderless_log_vacuum": ("time",),
+    "server._compaction.vacuum": ("time",),
     # Backoff.next draws random.uniform jitter; exhausted/sleep use time.
     "server._retry": ("time", "random"),
 }

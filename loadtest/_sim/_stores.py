@@ -17,8 +17,8 @@ import bisect
 from typing import Iterable, Iterator
 
 from server._errors import MetadataStoreError, ObjectStoreError
-from server._metastore import InMemoryMetadataStore, Record
-from server._objectstore import InMemoryObjectStore, ObjectInfo
+from server._storage.metastore import InMemoryMetadataStore, Record
+from server._storage.objectstore import InMemoryObjectStore, ObjectInfo
 
 from ._clock import SimClock
 from ._scheduler import Scheduler, SimCrash

@@ -2,7 +2,7 @@
 schema, built a batch at a time from the stored bytes.
 
 Per record, Python does no more than find where it starts (the codec's
-:func:`~server._codec.decode_batch_bounds`); the payload column is cut from
+:func:`~server._protocol.codec.decode_batch_bounds`); the payload column is cut from
 the stored records section by one Arrow kernel (``binary_slice`` drops each
 record's 4-byte length prefix), and the topic, partition and offset columns
 are filled by Arrow too. That keeps a Spark task's Python worker several
@@ -18,9 +18,9 @@ from typing import Iterable, Iterator
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .._codec import BatchBounds
 from .._errors import InconsistentReadState
-from ..leaderless_log_reader import RecordRun
+from .._log.reader import RecordRun
+from .._protocol.codec import BatchBounds
 
 __all__ = ["SCHEMA", "record_batches"]
 

@@ -10,7 +10,7 @@ from typing import Mapping, Sequence
 
 from .._config import OxiaConfig, S3Config
 from .._errors import ConfigError, LlogError
-from .._keys import validate_topic
+from .._protocol.keys import validate_topic
 
 __all__ = ["storage_env", "parse_offsets"]
 

@@ -13,7 +13,7 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from .._config import OxiaConfig
 from .._errors import ConfigError, PartitionNotInitialized
-from .._keys import LogLayout
+from .._protocol.keys import LogLayout
 from ._http_client import MIB
 from ._options import _int_opt, _opt, _partition_list, _resolve, _resolve_end, _topic, parse_offsets, storage_env
 from ._worker_heap import freeze_long_lived
@@ -21,7 +21,7 @@ from ._worker_heap import freeze_long_lived
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from ..leaderless_log_reader import LeaderlessLogReader
+    from .._log.reader import LeaderlessLogReader
 
 __all__ = ["LlogBatchReader", "OffsetRange", "read_range"]
 
@@ -56,7 +56,7 @@ def _cached(kind: str, env: Mapping[str, str], factory: Callable[[Mapping[str, s
 
 def _reader_for(env: Mapping[str, str]) -> LeaderlessLogReader:
     """A reader for these settings, shared by the tasks of this Python worker."""
-    from ..leaderless_log_reader import LeaderlessLogReader
+    from .._log.reader import LeaderlessLogReader
 
     return _cached("reader", env, LeaderlessLogReader.from_env)
 
@@ -96,8 +96,8 @@ class _Log:
     """Driver-side, metadata-only access: partition discovery and high watermarks."""
 
     def __init__(self, env: Mapping[str, str]) -> None:
-        from .._metastore import OxiaMetadataStore
-        from ..leaderless_log_reader import LeaderlessLogReader
+        from .._storage.metastore import OxiaMetadataStore
+        from .._log.reader import LeaderlessLogReader
 
         oxia = OxiaConfig.from_env(env)
         self.layout = LogLayout(oxia.root_prefix)
@@ -145,7 +145,7 @@ def _chunks(topic: str, partition: int, start: int, end: int, size: int) -> list
 
 def read_range(env: Mapping[str, str], part: OffsetRange) -> Iterator[pa.RecordBatch]:
     """The records of ``part`` as Arrow batches of the data source's schema."""
-    from .._codec import decode_batch_bounds
+    from .._protocol.codec import decode_batch_bounds
     from ._arrow_records import record_batches
     from ._worker_heap import after_first_task, keep_freed_memory
 

@@ -10,7 +10,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Sequence
 
-from .._keys import validate_topic
+from .._protocol.keys import validate_topic
 from ._broker_selection import BrokerUrl
 from ._produce_batches import _REQUEST_HEAD, _REQUEST_TAIL, Batch, ProducerConfig, ProduceStats, batch_overhead
 from ._produce_client import ProduceClient

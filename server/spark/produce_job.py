@@ -62,7 +62,7 @@ if __package__ in (None, ""):  # run as a script (spark-submit server/spark/prod
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from server._errors import ConfigError, LlogError
-from server._keys import validate_topic
+from server._protocol.keys import validate_topic
 from server.spark._http_client import (
     MIB,
     BrokerUnreachable,

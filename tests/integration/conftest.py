@@ -31,7 +31,7 @@ from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
-from server.devstack import StackSettings, die_with_parent_argv
+from devstack import StackSettings, die_with_parent_argv
 
 REPO = Path(__file__).resolve().parents[2]
 OPENAPI_PATH = REPO / "server" / "openapi.yaml"

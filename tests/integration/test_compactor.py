@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from server._keys import LogLayout
-from server._records import CompactionCursor, ControlRecord, IndexEntry
+from server._protocol.keys import LogLayout
+from server._protocol.records import CompactionCursor, ControlRecord, IndexEntry
 from server.leaderless_log_compactor import CompactionOutcome, LeaderlessLogCompactor
 from server.leaderless_log_reader import LeaderlessLogReader
 from server.leaderless_log_writer import BatchingProducer, LeaderlessLogWriter, SharedAppendGroup
@@ -206,7 +206,7 @@ def test_reader_survives_a_vacuumed_wal_object_through_the_compacted_entry(llog_
         with LeaderlessLogCompactor.from_env(llog_env) as c:
             c.compact_once("gone", 0)
         # Recreate the situation: a redundant WAL entry whose object is gone.
-        from server._codec import encode_batch  # noqa: F401  (the object simply no longer exists)
+        from server._protocol.codec import encode_batch  # noqa: F401  (the object simply no longer exists)
         missing = IndexEntry("WAL", 2, f"s3://{llog_env['LLOG_S3_BUCKET']}/{keys.base}/data/wal/missing", "bytes-batch-v1", None, None, 1)
         reader._meta.put(keys.index(2), missing.encode(), keys.partition_key)
         assert first.entry.type == "WAL"

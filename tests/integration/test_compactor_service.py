@@ -25,10 +25,10 @@ from pathlib import Path
 import pytest
 
 from server._config import OxiaConfig
-from server.devstack import OxiaServerPorts, OxiaStandalone, die_with_parent_argv, ensure_oxia, free_ports
-from server._keys import LogLayout, TopicPartition
-from server._metastore import OxiaMetadataStore
-from server._records import CompactionCursor, CompactorClaim, ControlRecord, IndexEntry
+from devstack import OxiaServerPorts, OxiaStandalone, die_with_parent_argv, ensure_oxia, free_ports
+from server._protocol.keys import LogLayout, TopicPartition
+from server._protocol.records import CompactionCursor, CompactorClaim, ControlRecord, IndexEntry
+from server._storage.metastore import OxiaMetadataStore
 from server.leaderless_log_writer import SharedAppendGroup
 from tests.integration._raw_http import MALFORMED_REQUESTS, parse_answer, raw_until_closed
 

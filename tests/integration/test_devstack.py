@@ -15,7 +15,7 @@ import oxia
 import pytest
 
 from server._config import OxiaConfig, S3Config
-from server.devstack import LocalStack, StackSettings, read_state, s3_client
+from devstack import LocalStack, StackSettings, read_state, s3_client
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
@@ -92,7 +92,7 @@ def test_data_survives_restart_on_the_same_data_dir(tmp_path: Path) -> None:
 def _devstack(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
     return subprocess.run(
-        [sys.executable, "-m", "server.devstack", *args],
+        [sys.executable, "-m", "devstack", *args],
         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120, check=check,
     )
 

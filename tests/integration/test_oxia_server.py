@@ -14,8 +14,8 @@ import threading
 import pytest
 
 from server._config import OxiaConfig
-from server._metastore import OxiaMetadataStore
-from server.devstack import ensure_oxia
+from server._storage.metastore import OxiaMetadataStore
+from devstack import ensure_oxia
 
 pytestmark = pytest.mark.integration
 
@@ -57,7 +57,7 @@ def test_the_built_oxia_is_the_pinned_patched_version():
 
 def test_many_clients_start_without_the_discovery_race(llog_env):
     """oxia 0.2.1 can lose the first shard assignments to a race in its
-    constructor and then hang 30 s; _oxia_compat fixes it."""
+    constructor and then hang 30 s; _storage/oxia_compat.py fixes it."""
     import time
 
     config = OxiaConfig.from_env(llog_env)
@@ -78,7 +78,7 @@ def test_a_long_lived_client_follows_two_leader_changes(tmp_path):
     """
     import time
 
-    from server.devstack import LocalStack
+    from devstack import LocalStack
 
     with LocalStack(tmp_path / "cluster", oxia_mode="cluster", oxia_shards=6) as local:
         env = local.settings.env(root_prefix="failover")

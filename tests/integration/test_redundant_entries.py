@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from server._codec import decode_batch_bounds
-from server._keys import LogLayout
-from server._metastore import EXPECT_ABSENT, OxiaMetadataStore
-from server._records import IndexEntry
+from server._protocol.codec import decode_batch_bounds
+from server._protocol.keys import LogLayout
+from server._protocol.records import IndexEntry
+from server._storage.metastore import EXPECT_ABSENT, OxiaMetadataStore
 from server.leaderless_log_compactor import CompactionOutcome, LeaderlessLogCompactor
 from server.leaderless_log_reader import LeaderlessLogReader
 from server.leaderless_log_writer import LeaderlessLogWriter, SharedAppendGroup

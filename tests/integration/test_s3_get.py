@@ -1,4 +1,4 @@
-"""The lean S3 GET (server/_s3_get.py) against the real S3 server: same bytes
+"""The lean S3 GET (server/_storage/s3_get.py) against the real S3 server: same bytes
 as boto3, same errors through S3ObjectStore, retried on a fresh connection."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 
 from server._config import S3Config
 from server._errors import ObjectNotFound, ObjectStoreError
-from server._objectstore import S3ObjectStore
-from server._s3_get import S3GetError, S3Getter, SigV4Signer
+from server._storage.objectstore import S3ObjectStore
+from server._storage.s3_get import S3GetError, S3Getter, SigV4Signer
 
 pytestmark = pytest.mark.integration
 

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from server._codec import encode_batch, encode_shared_blob
 from server._config import OxiaConfig, S3Config
-from server._keys import LogLayout
-from server._objectstore import S3ObjectStore
+from server._protocol.codec import encode_batch, encode_shared_blob
+from server._protocol.keys import LogLayout
+from server._storage.objectstore import S3ObjectStore
 from server.leaderless_log_compactor import CompactionOutcome, LeaderlessLogCompactor
 from server.leaderless_log_metrics import LlogMetrics
 from server.leaderless_log_reader import LeaderlessLogReader
@@ -150,7 +150,7 @@ def test_compacted_orphan_is_deleted_after_grace_and_dry_run_changes_nothing(wri
 def test_redundant_wal_entry_is_deleted_and_its_blob_freed(writer, reader, s3, llog_env):
     """A late materialization re-creates a WAL entry below the cursor (SPEC 7.2);
     vacuum removes it, so it no longer keeps its shared blob alive."""
-    from server._metastore import OxiaMetadataStore
+    from server._storage.metastore import OxiaMetadataStore
 
     writer.initialize_partition("orders", 0)
     writer.append_shared([SharedAppendGroup("orders", 0, [b"a"])])

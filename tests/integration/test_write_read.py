@@ -13,7 +13,6 @@ import boto3
 import pytest
 from botocore.config import Config
 
-from server._codec import decode_shared_header
 from server._config import BatchConfig
 from server._errors import (
     AppendFailed,
@@ -24,8 +23,9 @@ from server._errors import (
     PartitionFenced,
     PartitionNotInitialized,
 )
-from server._keys import parse_s3_uri
-from server._records import ControlRecord
+from server._protocol.codec import decode_shared_header
+from server._protocol.keys import parse_s3_uri
+from server._protocol.records import ControlRecord
 from server.leaderless_log_metrics import LlogMetrics
 from server.leaderless_log_reader import LeaderlessLogReader
 from server.leaderless_log_writer import BatchingProducer, LeaderlessLogWriter, SharedAppendGroup
@@ -214,8 +214,8 @@ def test_reader_errors_against_real_oxia(writer, reader):
 
 
 def test_legacy_partition_local_wal_objects_stay_readable(writer, reader, s3, llog_env):
-    from server._codec import encode_batch
-    from server._records import IndexEntry
+    from server._protocol.codec import encode_batch
+    from server._protocol.records import IndexEntry
 
     root = llog_env["LLOG_ROOT_PREFIX"]
     bucket = llog_env["LLOG_S3_BUCKET"]

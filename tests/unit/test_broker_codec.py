@@ -7,16 +7,7 @@ import json
 
 import pytest
 
-from server._broker_config import BrokerConfig
-from server._errors import (
-    ConfigError,
-    CorruptBatch,
-    LlogError,
-    ObjectStoreError,
-    OffsetOutOfRange,
-    PartitionNotInitialized,
-)
-from server._http_codec import (
+from server._broker.codec import (
     DEFAULT_MAX_BYTES,
     DEFAULT_MAX_WAIT_MS,
     DEFAULT_MIN_BYTES,
@@ -29,6 +20,15 @@ from server._http_codec import (
     parse_consume,
     parse_json_body,
     parse_produce,
+)
+from server._broker.config import BrokerConfig
+from server._errors import (
+    ConfigError,
+    CorruptBatch,
+    LlogError,
+    ObjectStoreError,
+    OffsetOutOfRange,
+    PartitionNotInitialized,
 )
 
 

@@ -8,14 +8,14 @@ import time
 
 import pytest
 
+from server._broker.codec import ConsumePartition, ConsumeRequest
+from server._broker.consume import BrokerConsumeService
+from server._broker.tail_cache import MemoryTailCache, NullTailCache, TailSignals
 from server._config import BatchConfig, OxiaConfig, S3Config
 from server._errors import ObjectNotFound, OffsetOutOfRange, PartitionNotInitialized
-from server._http_codec import ConsumePartition, ConsumeRequest
-from server._keys import TopicPartition
-from server._metastore import InMemoryMetadataStore
-from server._objectstore import InMemoryObjectStore
-from server._tail_cache import MemoryTailCache, NullTailCache, TailSignals
-from server.leaderless_log_consume import BrokerConsumeService
+from server._protocol.keys import TopicPartition
+from server._storage.metastore import InMemoryMetadataStore
+from server._storage.objectstore import InMemoryObjectStore
 from server.leaderless_log_reader import LeaderlessLogReader
 from server.leaderless_log_writer import (
     BatchingProducer,

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from server._codec import (
+from server._errors import CorruptBatch, LlogError
+from server._protocol.codec import (
     BATCH_ENCODING,
     BATCH_HEADER_SIZE,
     BATCH_MAGIC,
@@ -23,7 +24,6 @@ from server._codec import (
     encode_batch,
     encode_shared_blob,
 )
-from server._errors import CorruptBatch, LlogError
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "leaderless-log-protocol" / "examples"
 GOLDEN_PAYLOADS = [b"alpha", b"", b"\x00\x01\xff"]

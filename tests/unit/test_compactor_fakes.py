@@ -11,9 +11,9 @@ import pytest
 
 from server._config import OxiaConfig, S3Config
 from server._errors import AppendFailed
-from server._metastore import InMemoryMetadataStore
-from server._objectstore import InMemoryObjectStore
-from server._records import CompactionCursor, ControlRecord, IndexEntry
+from server._protocol.records import CompactionCursor, ControlRecord, IndexEntry
+from server._storage.metastore import InMemoryMetadataStore
+from server._storage.objectstore import InMemoryObjectStore
 from server.leaderless_log_compactor import CompactionOutcome, LeaderlessLogCompactor
 from server.leaderless_log_reader import LeaderlessLogReader
 from server.leaderless_log_writer import LeaderlessLogWriter, SharedAppendGroup
@@ -259,7 +259,7 @@ def test_stale_record_beyond_a_finished_range_is_dropped(stores):
 
 def test_deleting_old_refuses_when_end_key_is_not_its_entry(stores):
     from server._errors import InconsistentReadState
-    from server._records import CompactionRecord
+    from server._protocol.records import CompactionRecord
 
     meta, _ = stores
     fill(stores, batches=2)
@@ -301,7 +301,7 @@ def test_compacted_range_stops_at_existing_compacted_entry_and_gap(stores):
 def test_late_materialization_by_a_recoverer_is_undone(stores):
     """A recoverer that re-creates a pending's key after compaction passed it
     deletes the key again (SPEC 7.2)."""
-    from server._keys import LogLayout
+    from server._protocol.keys import LogLayout
     from server.leaderless_log_writer import materialize_pending
 
     meta, _ = stores

@@ -17,13 +17,13 @@ from dataclasses import replace
 
 import pytest
 
-from server._compactor_config import CompactorServiceConfig, VacuumConfig, parse_targets
+from server._compaction.config import CompactorServiceConfig, VacuumConfig, parse_targets
 from server._config import OxiaConfig, S3Config
 from server._errors import ConfigError, MetadataStoreError
-from server._keys import TopicPartition
-from server._metastore import EXPECT_ABSENT, InMemoryMetadataStore
-from server._objectstore import InMemoryObjectStore
-from server._records import CompactionCursor, CompactorClaim
+from server._protocol.keys import TopicPartition
+from server._protocol.records import CompactionCursor, CompactorClaim
+from server._storage.metastore import EXPECT_ABSENT, InMemoryMetadataStore
+from server._storage.objectstore import InMemoryObjectStore
 from server.leaderless_log_compactor import CompactionOutcome, CompactionResult
 from server.leaderless_log_compactor_server import CompactorService, config_from_args, parse_args
 from server.leaderless_log_metrics import LlogMetrics
@@ -738,7 +738,7 @@ class CountingObjects(InMemoryObjectStore):
 
 
 def cache(objs, max_bytes=1000):
-    from server._blob_cache import SharedBlobCache
+    from server._compaction.blob_cache import SharedBlobCache
 
     return SharedBlobCache(objs, "llog/wal-shared/", max_bytes, LlogMetrics())
 
@@ -842,7 +842,7 @@ def test_blob_cache_concurrent_readers_share_one_fill():
 
 
 def test_service_compactors_use_the_blob_cache_and_vacuum_does_not(meta, objs):
-    from server._blob_cache import SharedBlobCache
+    from server._compaction.blob_cache import SharedBlobCache
 
     fill(meta, objs, [A, B, TopicPartition("orders", 2)])
     with real_service(meta, objs, targets=(A, B, TopicPartition("orders", 2))) as svc:

@@ -7,7 +7,7 @@ import functools
 import pytest
 
 from server._errors import ConfigError, InvalidRequest
-from server._keys import (
+from server._protocol.keys import (
     OFFSET_DIGITS,
     LogLayout,
     PartitionKeys,

@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 
 from server._errors import MetadataStoreError, OutcomeUnknown, PartitionFenced, PartitionNotInitialized
-from server._metastore import InMemoryMetadataStore
-from server._objectstore import InMemoryObjectStore
-from server._records import ControlRecord
+from server._protocol.records import ControlRecord
+from server._storage.metastore import InMemoryMetadataStore
+from server._storage.objectstore import InMemoryObjectStore
 from server.leaderless_log_reader import LeaderlessLogReader
 from server.leaderless_log_writer import LeaderlessLogWriter, SharedAppendGroup
 

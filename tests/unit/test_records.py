@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from server._codec import BATCH_ENCODING
 from server._errors import CorruptBatch
-from server._records import (
+from server._protocol.codec import BATCH_ENCODING
+from server._protocol.records import (
     ENTRY_COMPACTED,
     ENTRY_WAL,
     LOG_STATE_FENCED,

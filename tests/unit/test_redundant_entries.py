@@ -14,14 +14,14 @@ import threading
 
 import pytest
 
-from server._codec import decode_batch_bounds
-from server._http_codec import ConsumePartition, ConsumeRequest
-from server._keys import LogLayout
-from server._metastore import EXPECT_ABSENT, InMemoryMetadataStore
-from server._objectstore import InMemoryObjectStore
-from server._tail_cache import NullTailCache, TailSignals
+from server._broker.codec import ConsumePartition, ConsumeRequest
+from server._broker.consume import BrokerConsumeService
+from server._broker.tail_cache import NullTailCache, TailSignals
+from server._protocol.codec import decode_batch_bounds
+from server._protocol.keys import LogLayout
+from server._storage.metastore import EXPECT_ABSENT, InMemoryMetadataStore
+from server._storage.objectstore import InMemoryObjectStore
 from server.leaderless_log_compactor import CompactionOutcome, LeaderlessLogCompactor
-from server.leaderless_log_consume import BrokerConsumeService
 from server.leaderless_log_reader import LeaderlessLogReader
 from server.leaderless_log_vacuum import Vacuum
 from server.leaderless_log_writer import LeaderlessLogWriter, SharedAppendGroup
@@ -141,8 +141,8 @@ def test_every_read_path_passes_over_a_redundant_entry(stores):
 def test_a_redundant_entry_whose_object_is_gone_still_reads(stores):
     meta, objs = stores
     want = _leave_redundant_entry(stores)
-    from server._keys import parse_s3_uri
-    from server._records import IndexEntry
+    from server._protocol.keys import parse_s3_uri
+    from server._protocol.records import IndexEntry
 
     stray = IndexEntry.decode(meta.get(KEYS.index(9), KEYS.partition_key).value)
     objs.delete_many("llog", [parse_s3_uri(stray.data_key)[1]])  # vacuumed after the compaction

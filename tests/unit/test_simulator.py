@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
+import server._log.recovery as recovery_module
 import server.leaderless_log_reader as reader_module
-import server.leaderless_log_writer as writer_module
 from loadtest._sim import SimConfig, SimFailure, _run, run_seed
 from loadtest._sim._stores import oxia_sort_key
-from server._metastore import compare_keys
+from server._storage.metastore import compare_keys
 
 SEEDS = int(os.environ.get("LLOG_SIM_SEEDS", "2000"))
 
@@ -85,14 +85,14 @@ def test_replay_is_identical_across_processes():
 def skip_own_index_entry(monkeypatch):
     """A writer that acknowledges without creating its index entry (skips
     SPEC 7.3 C4) and then clears its pending append: its records vanish."""
-    monkeypatch.setattr(writer_module, "create_index_entry", lambda store, keys, pending: None)
+    monkeypatch.setattr(recovery_module, "create_index_entry", lambda store, keys, pending: None)
 
 
 def reintroduce_late_materialization_bug(monkeypatch):
     """The protocol as it was before redundant entries (SPEC 8.2 O3) were
     handled: a stalled writer's late index create stays, and a point read
     trusts the CEILING answer alone."""
-    monkeypatch.setattr(writer_module, "drop_if_redundant", lambda *args, **kwargs: False)
+    monkeypatch.setattr(recovery_module, "drop_if_redundant", lambda *args, **kwargs: False)
     monkeypatch.setattr(reader_module.LeaderlessLogReader, "_cover_past_redundant", lambda self, keys, offset: None)
 
 

@@ -12,11 +12,11 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from server._codec import decode_batch_bounds
 from server._config import OxiaConfig, S3Config
 from server._errors import InconsistentReadState
-from server._metastore import InMemoryMetadataStore
-from server._objectstore import InMemoryObjectStore
+from server._protocol.codec import decode_batch_bounds
+from server._storage.metastore import InMemoryMetadataStore
+from server._storage.objectstore import InMemoryObjectStore
 from server.leaderless_log_reader import LeaderlessLogReader, RecordRun
 from server.leaderless_log_writer import LeaderlessLogWriter, SharedAppendGroup
 from server.spark import _worker_heap
@@ -91,7 +91,7 @@ def test_a_gap_or_a_short_read_is_an_error_not_a_hole(log):
 
 
 def test_run_with_trimmed_ends_from_a_hand_built_bounds():
-    from server._codec import encode_batch
+    from server._protocol.codec import encode_batch
 
     bounds = decode_batch_bounds(encode_batch([b"a", b"bb", b"", b"dddd"]), 4)
     run = RecordRun("t", 3, 10, 11, 12, bounds)

@@ -9,9 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from server._errors import InvalidRequest
-from server._keys import TopicPartition
-from server._tail_cache import (
+from server._broker.tail_cache import (
     HIT,
     MISS,
     TAIL,
@@ -20,7 +18,9 @@ from server._tail_cache import (
     TailSignals,
     take_records,
 )
-from server._tail_cache_file import FileTailCache, namespace_key
+from server._broker.tail_cache_file import FileTailCache, namespace_key
+from server._errors import InvalidRequest
+from server._protocol.keys import TopicPartition
 
 TP = TopicPartition("orders", 0)
 TP1 = TopicPartition("orders", 1)

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import pytest
 
-from server._codec import encode_batch, encode_shared_blob
 from server._config import OxiaConfig, S3Config
 from server._errors import AppendFailed, ObjectStoreError
-from server._metastore import InMemoryMetadataStore
-from server._objectstore import InMemoryObjectStore, ObjectInfo
-from server._records import IndexEntry
+from server._protocol.codec import encode_batch, encode_shared_blob
+from server._protocol.records import IndexEntry
+from server._storage.metastore import InMemoryMetadataStore
+from server._storage.objectstore import InMemoryObjectStore, ObjectInfo
 from server.leaderless_log_compactor import CompactionOutcome, LeaderlessLogCompactor
 from server.leaderless_log_metrics import LlogMetrics
 from server.leaderless_log_reader import LeaderlessLogReader

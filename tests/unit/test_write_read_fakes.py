@@ -24,9 +24,9 @@ from server._errors import (
     PartitionNotInitialized,
     ProducerClosed,
 )
-from server._metastore import InMemoryMetadataStore
-from server._objectstore import InMemoryObjectStore
-from server._records import ControlRecord, IndexEntry
+from server._protocol.records import ControlRecord, IndexEntry
+from server._storage.metastore import InMemoryMetadataStore
+from server._storage.objectstore import InMemoryObjectStore
 from server.leaderless_log_reader import LeaderlessLogReader
 from server.leaderless_log_writer import BatchingProducer, LeaderlessLogWriter, SharedAppendGroup
 
@@ -211,7 +211,7 @@ def test_transient_compaction_state_reads_the_same_records(writer, reader, store
     writer.initialize_partition("orders", 0)
     for chunk in ([b"a", b"b"], [b"c"], [b"d", b"e"]):
         writer.append_shared([SharedAppendGroup("orders", 0, chunk)])
-    from server._codec import encode_batch
+    from server._protocol.codec import encode_batch
 
     objs.put("llog", "llog/orders/partitions/0/data/compacted/c1", encode_batch([b"a", b"b", b"c", b"d", b"e"]))
     entry = IndexEntry("COMPACTED", 5, "s3://llog/llog/orders/partitions/0/data/compacted/c1", "bytes-batch-v1", None, None, 1)
@@ -324,7 +324,7 @@ def test_a_pending_seen_in_a_stale_cache_is_never_materialized(stores, reader):
         # A compaction of [1, 3] replaces key 3 with COMPACTED at 3 ... then a
         # later one of [1, 4] deletes key 3. Model the end state directly.
         other.append_shared([SharedAppendGroup("orders", 0, [b"d"])])
-        from server._codec import encode_batch
+        from server._protocol.codec import encode_batch
 
         objs.put("llog", "llog/orders/partitions/0/data/compacted/c", encode_batch([b"a", b"b", b"c", b"d"]))
         entry = IndexEntry("COMPACTED", 4, "s3://llog/llog/orders/partitions/0/data/compacted/c", "bytes-batch-v1", None, None, 1)
@@ -357,7 +357,7 @@ def test_fetch_many_uses_one_get_per_blob_for_adjacent_slices(writer, reader, st
 
 
 def test_iter_runs_hands_out_whole_batches_trimmed_to_the_range(writer, reader, stores):
-    from server._codec import decode_batch_bounds
+    from server._protocol.codec import decode_batch_bounds
 
     writer.initialize_partition("orders", 0)
     for chunk in ([b"a", b"b", b"c"], [b"d"], [b"e", b"f", b"g"]):
@@ -376,7 +376,7 @@ def test_iter_runs_hands_out_whole_batches_trimmed_to_the_range(writer, reader, 
 
 
 def test_iter_runs_reports_corruption_from_any_decoder(writer, reader, stores):
-    from server._codec import decode_batch_bounds
+    from server._protocol.codec import decode_batch_bounds
 
     _, objs = stores
     writer.initialize_partition("orders", 0)

@@ -1,0 +1,382 @@
+"""The broker's JSON edge: request parsing and validation, record and result encoding.
+
+Everything that turns HTTP bodies into typed values (and back) lives here,
+so the broker module only routes and the consume service only reads.
+
+Validation errors are :class:`InvalidField` (HTTP 400) or :class:`TooLarge`
+(HTTP 413); both name the offending field with a JSON-path-like string such
+as ``topic_partitions[2].partition``.
+
+Record encoding (both directions): a JSON string is its UTF-8 bytes; an
+object ``{"base64": "..."}`` (exactly that one key, standard alphabet, padded)
+is arbitrary bytes. Consume answers with a string when the stored bytes are
+valid UTF-8 and with ``{"base64": ...}`` otherwise, so what was produced comes
+back byte for byte.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from .._errors import (
+    CorruptBatch,
+    InconsistentReadState,
+    InvalidRequest,
+    LlogError,
+    OffsetOutOfRange,
+    PartitionNotInitialized,
+    StorageError,
+)
+from .._protocol.http_error import error_body
+from .._protocol.keys import validate_topic
+from .._protocol.structs import AppendResult, SharedAppendGroup
+
+__all__ = [
+    "InvalidField",
+    "TooLarge",
+    "ConsumePartition",
+    "ConsumeRequest",
+    "ConsumedPartition",
+    "consumed_partition_json",
+    "error_code",
+    "ProduceRequest",
+    "parse_json_body",
+    "parse_produce",
+    "parse_consume",
+    "decode_record",
+    "encode_value",
+    "append_result_json",
+    "error_body",
+    "dumps",
+    "DEFAULT_MAX_WAIT_MS",
+    "DEFAULT_MIN_BYTES",
+    "DEFAULT_MAX_BYTES",
+    "DEFAULT_PARTITION_MAX_BYTES",
+]
+
+MAX_INT32 = 2**31 - 1
+MAX_INT64 = 2**63 - 1
+# Kafka's consumer defaults (fetch.max.wait.ms, fetch.min.bytes,
+# fetch.max.bytes, max.partition.fetch.bytes).
+DEFAULT_MAX_WAIT_MS = 500
+DEFAULT_MIN_BYTES = 1
+DEFAULT_MAX_BYTES = 50 * 1024 * 1024
+DEFAULT_PARTITION_MAX_BYTES = 1024 * 1024
+
+
+class InvalidField(InvalidRequest):
+    """A request field is missing, has the wrong type or an invalid value (HTTP 400)."""
+
+    def __init__(self, message: str, field: str | None, **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.field = field
+
+
+class TooLarge(InvalidField):
+    """The request exceeds a size limit of the broker (HTTP 413)."""
+
+
+# -- JSON --------------------------------------------------------------------
+
+
+def _reject_constant(name: str) -> float:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def parse_json_body(body: bytes) -> dict[str, Any]:
+    """The request body as a JSON object; InvalidField(None) otherwise."""
+    try:
+        doc = json.loads(body, parse_constant=_reject_constant)
+    except UnicodeDecodeError as exc:
+        raise InvalidField(f"request body is not UTF-8 JSON: {exc.reason}", None) from None
+    except (ValueError, RecursionError) as exc:
+        raise InvalidField(f"malformed JSON: {exc}", None) from None
+    if not isinstance(doc, dict):
+        raise InvalidField(f"request body must be a JSON object, got {_json_type(doc)}", None)
+    return doc
+
+
+def dumps(doc: object) -> bytes:
+    """Compact UTF-8 JSON."""
+    return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def _json_type(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return "object"
+
+
+def _int_field(
+    obj: Mapping[str, Any], key: str, where: str, *, minimum: int, maximum: int, default: int | None = None
+) -> int:
+    field = f"{where}.{key}" if where else key
+    if key not in obj:
+        if default is None:
+            raise InvalidField(f"{field} is required", field)
+        return default
+    value = obj[key]
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidField(f"{field} must be an integer, got {_json_type(value)} {value!r}", field)
+    if not minimum <= value <= maximum:
+        raise InvalidField(f"{field} must be between {minimum} and {maximum}, got {value}", field)
+    return value
+
+
+def _topic_field(obj: Mapping[str, Any], where: str) -> str:
+    field = f"{where}.topic"
+    if "topic" not in obj:
+        raise InvalidField(f"{field} is required", field)
+    topic = obj["topic"]
+    if not isinstance(topic, str):
+        raise InvalidField(f"{field} must be a string, got {_json_type(topic)}", field)
+    try:
+        return validate_topic(topic)
+    except InvalidRequest as exc:
+        raise InvalidField(f"{field}: {exc.message}", field) from None
+
+
+def _topic_partitions(doc: Mapping[str, Any]) -> list[Any]:
+    items = doc.get("topic_partitions")
+    if "topic_partitions" not in doc:
+        raise InvalidField("topic_partitions is required", "topic_partitions")
+    if not isinstance(items, list):
+        raise InvalidField(
+            f"topic_partitions must be an array, got {_json_type(items)}", "topic_partitions"
+        )
+    if not items:
+        raise InvalidField("topic_partitions must not be empty", "topic_partitions")
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise InvalidField(
+                f"topic_partitions[{i}] must be an object, got {_json_type(item)}", f"topic_partitions[{i}]"
+            )
+    return items
+
+
+# -- records -------------------------------------------------------------------
+
+
+def decode_record(record: object, field: str) -> bytes:
+    """A produce record (string or ``{"base64": ...}``) as bytes."""
+    if isinstance(record, str):
+        try:
+            return record.encode("utf-8")
+        except UnicodeEncodeError:
+            # JSON allows escaped lone surrogates ("\ud800"); UTF-8 does not.
+            raise InvalidField(
+                f"{field} is not encodable as UTF-8 (lone surrogate); send bytes as {{\"base64\": ...}}",
+                field,
+            ) from None
+    if isinstance(record, dict):
+        if set(record) != {"base64"}:
+            raise InvalidField(
+                f"{field} must be a string or an object with the single key \"base64\", "
+                f"got keys {sorted(record)}",
+                field,
+            )
+        text = record["base64"]
+        if not isinstance(text, str):
+            raise InvalidField(f"{field}.base64 must be a string, got {_json_type(text)}", f"{field}.base64")
+        try:
+            return base64.b64decode(text, validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise InvalidField(f"{field}.base64 is not valid base64: {exc}", f"{field}.base64") from None
+    raise InvalidField(
+        f"{field} must be a string or {{\"base64\": ...}}, got {_json_type(record)}", field
+    )
+
+
+def encode_value(payload: bytes) -> str | dict[str, str]:
+    """Stored bytes for JSON: the text if they are UTF-8, else ``{"base64": ...}``."""
+    try:
+        return payload.decode("utf-8")
+    except UnicodeDecodeError:
+        return {"base64": base64.b64encode(payload).decode("ascii")}
+
+
+# -- produce -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProduceRequest:
+    """A validated /produce body: one group per ``topic_partitions`` item, in order."""
+
+    groups: tuple[SharedAppendGroup, ...]
+    record_count: int
+    payload_bytes: int
+
+
+def parse_produce(doc: Mapping[str, Any], *, max_records: int) -> ProduceRequest:
+    items = _topic_partitions(doc)
+    groups: list[SharedAppendGroup] = []
+    total = 0
+    nbytes = 0
+    for i, item in enumerate(items):
+        where = f"topic_partitions[{i}]"
+        topic = _topic_field(item, where)
+        partition = _int_field(item, "partition", where, minimum=0, maximum=MAX_INT32)
+        field = f"{where}.records"
+        if "records" not in item:
+            raise InvalidField(f"{field} is required", field)
+        records = item["records"]
+        if not isinstance(records, list):
+            raise InvalidField(f"{field} must be an array, got {_json_type(records)}", field)
+        if not records:
+            raise InvalidField(f"{field} must not be empty", field)
+        total += len(records)
+        if total > max_records:
+            raise TooLarge(
+                f"the request holds more than {max_records} records "
+                "(LLOG_BROKER_MAX_RECORDS_PER_REQUEST); split it",
+                "topic_partitions",
+            )
+        payloads = [decode_record(r, f"{field}[{j}]") for j, r in enumerate(records)]
+        nbytes += sum(len(p) for p in payloads)
+        groups.append(SharedAppendGroup(topic, partition, payloads))
+    return ProduceRequest(tuple(groups), total, nbytes)
+
+
+def append_result_json(res: AppendResult) -> dict[str, Any]:
+    """One ``results[]`` item of the produce response."""
+    if res.error is None:
+        return {
+            "topic": res.topic,
+            "partition": res.partition,
+            "ok": True,
+            "start_offset": res.start_offset,
+            "end_offset": res.end_offset,
+            "count": res.count,
+            "index_key": res.index_key,
+            "wal_uri": res.wal_uri,
+        }
+    return {
+        "topic": res.topic,
+        "partition": res.partition,
+        "ok": False,
+        "count": res.count,
+        "error_type": type(res.error).__name__,
+        "error": str(res.error),
+        "retriable": bool(res.error.retriable),
+    }
+
+
+# -- consume -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ConsumePartition:
+    """One ``topic_partitions`` item of a /consume request."""
+
+    topic: str
+    partition: int
+    fetch_offset: int
+    """First offset wanted (offsets start at 1)."""
+    partition_max_bytes: int
+    """Payload bytes this partition may return (one larger first record excepted)."""
+
+
+@dataclass(frozen=True)
+class ConsumeRequest:
+    """A validated /consume body."""
+
+    partitions: tuple[ConsumePartition, ...]
+    max_wait_ms: int
+    """Already capped by the broker's LLOG_BROKER_MAX_WAIT_MS."""
+    min_bytes: int
+    max_bytes: int
+
+
+def parse_consume(doc: Mapping[str, Any], *, max_wait_ms_cap: int) -> ConsumeRequest:
+    items = _topic_partitions(doc)
+    parts: list[ConsumePartition] = []
+    seen: set[tuple[str, int]] = set()
+    for i, item in enumerate(items):
+        where = f"topic_partitions[{i}]"
+        topic = _topic_field(item, where)
+        partition = _int_field(item, "partition", where, minimum=0, maximum=MAX_INT32)
+        if (topic, partition) in seen:
+            raise InvalidField(
+                f"{where} repeats {topic}:{partition}; name each topic-partition once", where
+            )
+        seen.add((topic, partition))
+        # Any integer: an offset below the log start is a per-partition
+        # OFFSET_OUT_OF_RANGE answer, not a malformed request.
+        fetch_offset = _int_field(item, "fetch_offset", where, minimum=-MAX_INT64, maximum=MAX_INT64)
+        pmax = _int_field(
+            item, "partition_max_bytes", where, minimum=1, maximum=MAX_INT32, default=DEFAULT_PARTITION_MAX_BYTES
+        )
+        parts.append(ConsumePartition(topic, partition, fetch_offset, pmax))
+    max_wait_ms = _int_field(doc, "max_wait_ms", "", minimum=0, maximum=MAX_INT32, default=DEFAULT_MAX_WAIT_MS)
+    min_bytes = _int_field(doc, "min_bytes", "", minimum=0, maximum=MAX_INT32, default=DEFAULT_MIN_BYTES)
+    max_bytes = _int_field(doc, "max_bytes", "", minimum=1, maximum=MAX_INT32, default=DEFAULT_MAX_BYTES)
+    return ConsumeRequest(tuple(parts), min(max_wait_ms, max_wait_ms_cap), min_bytes, max_bytes)
+
+
+@dataclass(frozen=True)
+class ConsumedPartition:
+    """One partition's answer to a /consume request."""
+
+    topic: str
+    partition: int
+    fetch_offset: int
+    next_fetch_offset: int
+    """Where the next request continues: one past the last record returned."""
+    high_watermark: int | None
+    """Last offset known to exist when the answer was built (None: unknown, on some errors)."""
+    records: tuple[tuple[int, bytes], ...] = ()
+    payload_bytes: int = 0
+    error: LlogError | None = None
+
+
+LOG_START_OFFSET = 1
+
+# Stable per-partition error codes (Kafka's names where one fits), most
+# specific class first.
+_ERROR_CODES: tuple[tuple[type[LlogError], str], ...] = (
+    (OffsetOutOfRange, "OFFSET_OUT_OF_RANGE"),
+    (PartitionNotInitialized, "UNKNOWN_TOPIC_OR_PARTITION"),
+    (CorruptBatch, "CORRUPT_MESSAGE"),
+    (InconsistentReadState, "INCONSISTENT_READ_STATE"),
+    (StorageError, "STORAGE_ERROR"),
+    (InvalidRequest, "INVALID_REQUEST"),
+)
+
+
+def error_code(exc: LlogError) -> str:
+    for cls, code in _ERROR_CODES:
+        if isinstance(exc, cls):
+            return code
+    return "UNKNOWN_SERVER_ERROR"
+
+
+def consumed_partition_json(part: ConsumedPartition) -> dict[str, Any]:
+    """One ``results[]`` item of the consume response."""
+    body: dict[str, Any] = {
+        "topic": part.topic,
+        "partition": part.partition,
+        "ok": part.error is None,
+        "high_watermark": part.high_watermark,
+        "log_start_offset": LOG_START_OFFSET,
+        "next_fetch_offset": part.next_fetch_offset,
+        "records": [{"offset": off, "value": encode_value(p)} for off, p in part.records],
+    }
+    if part.error is not None:
+        body["error_code"] = error_code(part.error)
+        body["error_type"] = type(part.error).__name__
+        body["error"] = str(part.error)
+        body["retriable"] = bool(part.error.retriable)
+    return body
+

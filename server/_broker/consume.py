@@ -1,0 +1,511 @@
+"""``BrokerConsumeService``: the broker's /consume, tail cache first, long-poll.
+
+One request names partitions, each with a fetch offset; the answer holds,
+per partition, the records from that offset on (within ``max_bytes`` and
+``partition_max_bytes``), the high watermark and the next fetch offset.
+
+A round over the partitions that may have something new:
+
+1. **Tail cache** (``tail_cache.py``). HIT: the records come from memory or
+   the shared directory; neither Oxia nor S3 is touched. TAIL: the cache
+   knows nothing past its high watermark. MISS: go to 3.
+2. **Validate tail claims, once per request.** The cache only knows what
+   this broker (or its write process) produced; another broker may have
+   written the partition. So before a partition is answered "empty" on the
+   cache's word, its claim is checked once against Oxia ``meta/control``
+   during the request: if the control record's high watermark is at or past
+   the fetch offset, the partition is read through step 3 now (unless this
+   broker's own produce to it awaits its flush: Oxia is then most likely
+   ahead by that flush, and the request waits for its publish instead, reading
+   step 3 only if the flush fails or time runs out); otherwise the claim is
+   confirmed and the request may wait locally. The check is not
+   repeated while the request waits: records that another broker writes
+   during the wait are found by the next request (at most ``max_wait_ms``
+   later). A partition that already returns records needs no check.
+3. **Storage**: ``meta/control`` and the sparse index (``scan_batches``) for
+   every missed partition in parallel, then one ``fetch_many`` per blob
+   (blobs in parallel), so slices of one shared WAL blob wanted by several
+   partitions are fetched with one range GET per request.
+
+The byte budget is then handed out in request order over what the cache and
+storage found, so the answer does not depend on which partitions were cached.
+
+If the answer does not yet hold ``min_bytes`` (and no partition failed),
+the request waits until ``max_wait_ms`` for a wake-up: a publish into the
+tail cache of one of its partitions (in-process), or a change of the
+partition's shared ``state`` file seen by the cache's poller (file mode).
+Waiting never polls Oxia or S3. A woken partition runs through the round
+again (a storage partition re-reads Oxia then: an event-driven read, not a
+poll). With no wake-up source (a read process without a shared cache
+directory) a request at the tail answers at ``max_wait_ms``.
+
+Limits (payload bytes): records are added while the partition's bytes stay
+within ``partition_max_bytes`` and the response's within ``max_bytes``;
+a partition's first record may exceed ``partition_max_bytes`` if it fits in
+what is left of ``max_bytes``, and may exceed both when the response holds
+nothing yet, so one oversized record never blocks a consumer.
+
+Offsets: below the log start (1) is a per-partition OFFSET_OUT_OF_RANGE; an
+uninitialized partition is UNKNOWN_TOPIC_OR_PARTITION; an offset past the
+high watermark waits and then answers no records with the same
+``next_fetch_offset``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Sequence, TypeVar
+
+from .._errors import LlogError, ObjectNotFound, OffsetOutOfRange
+from .._log.reader import LeaderlessLogReader, ResolvedBatch
+from .._protocol.keys import PartitionKeys, TopicPartition
+from ..leaderless_log_metrics import LlogMetrics
+from .codec import (
+    LOG_START_OFFSET,
+    ConsumedPartition,
+    ConsumePartition,
+    ConsumeRequest,
+)
+from .tail_cache import HIT, TAIL, NullTailCache, TailCache, TailSignals, take_records
+
+__all__ = ["BrokerConsumeService", "ConsumeResult"]
+
+log = logging.getLogger(__name__)
+
+_BATCH_HEADER_BYTES = 20
+_RECORD_PREFIX_BYTES = 4
+MAX_BATCHES_PER_PARTITION = 256
+"""Index entries one partition resolves per round (bounds one request's work)."""
+
+T = TypeVar("T")
+
+
+@dataclass
+class _Fetch:
+    """One partition's progress within one request."""
+
+    req: ConsumePartition
+    tp: TopicPartition
+    next_offset: int
+    records: list[tuple[int, bytes]] = field(default_factory=list)
+    nbytes: int = 0
+    hw: int | None = None
+    error: LlogError | None = None
+    validated: bool = False
+    """Oxia confirmed during this request that nothing is past ``next_offset - 1``."""
+    deferred: bool = False
+    """Oxia was ahead of the cache while this broker's own flush to the
+    partition was in flight: wait for that flush to land in the cache."""
+    stopped: bool = False
+
+    @property
+    def active(self) -> bool:
+        return self.error is None and not self.stopped and self.nbytes < self.req.partition_max_bytes
+
+    def fail(self, exc: LlogError) -> None:
+        """A partition that already has records keeps them and stops (the
+        error shows on the next request); otherwise it answers the error."""
+        if self.records:
+            self.stopped = True
+        else:
+            self.error = exc
+
+    def see_hw(self, hw: int | None) -> None:
+        if hw is not None and (self.hw is None or hw > self.hw):
+            self.hw = hw
+
+    def take(self, records: list[tuple[int, bytes]], nbytes: int) -> None:
+        if records:
+            self.records += records
+            self.nbytes += nbytes
+            self.next_offset = records[-1][0] + 1
+
+
+@dataclass(frozen=True)
+class ConsumeResult:
+    """The answer to one request: partitions in request order."""
+
+    partitions: tuple[ConsumedPartition, ...]
+    waited_ms: int
+    record_count: int
+    payload_bytes: int
+
+
+class BrokerConsumeService:
+    """Serves /consume over a reader and a tail cache. Thread-safe: each
+    request runs (and long-polls) on its own HTTP handler thread."""
+
+    def __init__(
+        self,
+        reader: LeaderlessLogReader,
+        cache: TailCache | None = None,
+        signals: TailSignals | None = None,
+        *,
+        metrics: LlogMetrics | None = None,
+        storage_threads: int = 8,
+        local_writes_pending: Callable[[TopicPartition], bool] | None = None,
+    ) -> None:
+        self.reader = reader
+        self._local_pending = local_writes_pending or (lambda tp: False)
+        self.signals = signals or TailSignals()
+        self.cache: TailCache = cache or NullTailCache(self.signals)
+        self.metrics = metrics or reader.metrics
+        self._pool = ThreadPoolExecutor(storage_threads, thread_name_prefix="llog-consume")
+        self._closed = threading.Event()
+
+    def close(self) -> None:
+        """Wake every waiting request (each answers with what it has) and stop."""
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        self.signals.close()
+        self._pool.shutdown(wait=True)
+
+    def __enter__(self) -> BrokerConsumeService:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- one request -----------------------------------------------------------------
+    def consume(self, request: ConsumeRequest) -> ConsumeResult:
+        started = time.monotonic()
+        deadline = started + request.max_wait_ms / 1000.0
+        fetches = [
+            _Fetch(p, TopicPartition(p.topic, p.partition), p.fetch_offset) for p in request.partitions
+        ]
+        for f in fetches:
+            if f.req.fetch_offset < LOG_START_OFFSET:
+                f.error = OffsetOutOfRange(
+                    f"fetch_offset {f.req.fetch_offset} is below the log start offset {LOG_START_OFFSET}",
+                    topic=f.tp.topic, partition=f.tp.partition, offset=f.req.fetch_offset,
+                )
+        live = [f for f in fetches if f.error is None]
+        waiter = None
+        if live and request.max_wait_ms > 0 and not self._closed.is_set():
+            # Registered before the first look, so no publish after it is missed.
+            waiter = self.signals.register(
+                [f.tp for f in live], {f.tp: self.cache.watch_token(f.tp) for f in live}
+            )
+        waited_s = 0.0
+        try:
+            todo = live
+            out_of_time = False
+            while True:
+                self._round(todo, fetches, request)
+                if self._ready(fetches, request) or self._closed.is_set():
+                    break
+                remaining = deadline - time.monotonic()
+                if waiter is None or remaining <= 0:
+                    out_of_time = True
+                    break
+                t0 = time.monotonic()
+                woke = waiter.wait(remaining)
+                waited_s += time.monotonic() - t0
+                if not woke:
+                    out_of_time = True
+                    break
+                self.metrics.inc("consume_wakeups_total")
+                notified = waiter.take_notified()
+                todo = [f for f in fetches if f.active and f.tp in notified]
+            stuck = [f for f in fetches if f.deferred and f.active and not f.records]
+            if out_of_time and stuck:
+                # Out of time while waiting for our own flush to reach the
+                # cache: read what Oxia has rather than answer "empty".
+                self._read_into(stuck, fetches, request)
+        finally:
+            if waiter is not None:
+                self.signals.unregister(waiter)
+        if waited_s:
+            self.metrics.observe("consume_long_poll_wait_seconds", waited_s)
+        parts = tuple(
+            ConsumedPartition(
+                topic=f.tp.topic,
+                partition=f.tp.partition,
+                fetch_offset=f.req.fetch_offset,
+                next_fetch_offset=f.next_offset,
+                high_watermark=f.hw,
+                records=tuple(f.records),
+                payload_bytes=f.nbytes,
+                error=f.error,
+            )
+            for f in fetches
+        )
+        count = sum(len(f.records) for f in fetches)
+        nbytes = sum(f.nbytes for f in fetches)
+        self.metrics.inc("consume_records_total", count)
+        self.metrics.inc("consume_payload_bytes_total", nbytes)
+        for f in fetches:
+            if f.error is not None:
+                self.metrics.inc("consume_partition_errors_total", error=type(f.error).__name__)
+        self.metrics.observe("consume_request_seconds", time.monotonic() - started)
+        return ConsumeResult(parts, int(waited_s * 1000), count, nbytes)
+
+    @staticmethod
+    def _ready(fetches: Sequence[_Fetch], request: ConsumeRequest) -> bool:
+        total = sum(f.nbytes for f in fetches)
+        return (
+            total >= request.min_bytes
+            or total >= request.max_bytes
+            or any(f.error is not None for f in fetches)
+            or not any(f.active for f in fetches)
+        )
+
+    @staticmethod
+    def _budget(f: _Fetch, total: int, request: ConsumeRequest) -> tuple[int, int | None]:
+        """``(limit, first_limit)`` for :func:`take_records` (see the module doc)."""
+        left_total = request.max_bytes - total
+        limit = max(0, min(left_total, f.req.partition_max_bytes - f.nbytes))
+        if f.records:
+            return limit, limit
+        if total == 0:
+            return limit, None
+        return limit, max(0, left_total)
+
+    def _round(self, todo: Sequence[_Fetch], fetches: Sequence[_Fetch], request: ConsumeRequest) -> None:
+        """Gather candidate records for ``todo`` (cache, then storage), then
+        hand out the byte budget in request order, so the answer does not
+        depend on which partitions the cache could serve."""
+        total = sum(f.nbytes for f in fetches)
+        candidates: dict[int, list[tuple[int, bytes]]] = {}
+        claims: list[_Fetch] = []
+        storage: list[_Fetch] = []
+        for f in todo:
+            if not f.active:
+                continue
+            # Up to the partition's own limit (plus one oversized first record);
+            # the response-wide limit is applied below.
+            look = self.cache.lookup(f.tp, f.next_offset, f.req.partition_max_bytes - f.nbytes, None)
+            self.metrics.inc("tail_cache_lookups_total", result=look.kind)
+            if look.kind == HIT:
+                candidates[id(f)] = look.records
+                f.see_hw(look.high_watermark)
+            elif look.kind == TAIL:
+                f.see_hw(look.high_watermark)
+                if f.records:
+                    continue
+                if f.deferred:
+                    if not self._local_pending(f.tp):
+                        # Our flush resolved without bringing the cache up to
+                        # Oxia (it failed, or others wrote): read (event-driven).
+                        f.deferred = False
+                        storage.append(f)
+                elif not f.validated:
+                    claims.append(f)
+            else:
+                storage.append(f)
+        if claims:
+            for f in self._validate(claims):
+                # Oxia is ahead: our own flush may have reached the cache while
+                # we asked (a cheap second look before reading S3).
+                look = self.cache.lookup(f.tp, f.next_offset, f.req.partition_max_bytes - f.nbytes, None)
+                if look.kind == HIT:
+                    candidates[id(f)] = look.records
+                    f.see_hw(look.high_watermark)
+                else:
+                    storage.append(f)
+        if storage:
+            candidates.update(self._read_storage(storage, request.max_bytes - total))
+        self._assign(todo, candidates, total, request)
+
+    def _read_into(self, parts: list[_Fetch], fetches: Sequence[_Fetch], request: ConsumeRequest) -> None:
+        total = sum(f.nbytes for f in fetches)
+        self._assign(parts, self._read_storage(parts, request.max_bytes - total), total, request)
+
+    def _assign(
+        self, todo: Sequence[_Fetch], candidates: dict[int, list[tuple[int, bytes]]], total: int,
+        request: ConsumeRequest,
+    ) -> None:
+        """Hand out the byte budget to the candidates in request order."""
+        for f in todo:
+            got = candidates.get(id(f))
+            if got and f.active:
+                limit, first_limit = self._budget(f, total, request)
+                records, nbytes = take_records(got, limit, first_limit)
+                f.take(records, nbytes)
+                total += nbytes
+
+    def _validate(self, claims: list[_Fetch]) -> list[_Fetch]:
+        """Check the cache's "nothing past the tail" claims against Oxia; return
+        the partitions that do have more (written through another broker)."""
+        more: list[_Fetch] = []
+        for f, outcome in zip(claims, self._map(lambda f: self.reader.control(f.tp.topic, f.tp.partition), claims)):
+            if isinstance(outcome, LlogError):
+                f.fail(outcome)
+                continue
+            f.validated = True
+            f.see_hw(outcome.high_watermark)
+            if outcome.high_watermark < f.next_offset:
+                self.metrics.inc("tail_cache_validations_total", result="confirmed")
+            elif self._local_pending(f.tp):
+                # Most likely our own flush, committed in Oxia and about to be
+                # published here: wait for it rather than read it from S3.
+                # Its publish (or failure) wakes this request.
+                self.metrics.inc("tail_cache_validations_total", result="deferred")
+                f.deferred = True
+            else:
+                self.metrics.inc("tail_cache_validations_total", result="behind")
+                more.append(f)
+        return more
+
+    # -- storage ---------------------------------------------------------------------
+    def _read_storage(self, parts: list[_Fetch], left_total: int) -> dict[int, list[tuple[int, bytes]]]:
+        """Candidate records of ``parts`` from Oxia and S3, keyed by ``id(fetch)``."""
+        budgets = [
+            0 if left_total <= 0 else max(1, min(left_total, f.req.partition_max_bytes - f.nbytes))
+            for f in parts
+        ]
+        plans = self._map(lambda fb: self._plan(*fb), list(zip(parts, budgets)))
+        items: list[tuple[PartitionKeys, ResolvedBatch]] = []
+        owners: list[_Fetch] = []
+        planned: list[tuple[_Fetch, list[ResolvedBatch]]] = []
+        for f, plan in zip(parts, plans):
+            if isinstance(plan, LlogError):
+                f.fail(plan)
+                continue
+            hw, batches = plan
+            f.see_hw(hw)
+            if f.next_offset > hw:
+                f.validated = True
+            # Share what is left of max_bytes out in request order, as the
+            # answer will, so bytes that could not be returned are not fetched.
+            kept, est = [], 0.0
+            for b in batches:
+                if kept and est >= left_total:
+                    break
+                kept.append(b)
+                est += _payload_estimate(b, f.next_offset)
+            batches = kept if left_total > 0 else []
+            left_total -= int(min(est, left_total))
+            keys = self.reader.layout.partition(f.tp.topic, f.tp.partition)
+            items += [(keys, b) for b in batches]
+            owners += [f] * len(batches)
+            planned.append((f, batches))
+        payloads = self._fetch(items, owners)
+        by_batch = {id(b): p for (_, b), p in zip(items, payloads)}
+        self.metrics.inc("consume_storage_reads_total", len(planned))
+        return {
+            id(f): list(self._records(f, batches, by_batch))
+            for f, batches in planned
+            if batches and f.active
+        }
+
+    def _plan(self, f: _Fetch, budget: int) -> tuple[int, list[ResolvedBatch]]:
+        """The partition's high watermark and the batches worth fetching."""
+        control = self.reader.control(f.tp.topic, f.tp.partition)
+        hw = control.high_watermark
+        if f.next_offset > hw or budget <= 0:
+            return hw, []
+        batches: list[ResolvedBatch] = []
+        est = 0.0
+        for b in self.reader.scan_batches(f.tp.topic, f.tp.partition, f.next_offset, hw, control=control):
+            batches.append(b)
+            est += _payload_estimate(b, f.next_offset)
+            if est >= budget or len(batches) >= MAX_BATCHES_PER_PARTITION:
+                break
+        return hw, batches
+
+    def _fetch(
+        self, items: list[tuple[PartitionKeys, ResolvedBatch]], owners: list[_Fetch]
+    ) -> list[list[bytes] | None]:
+        """Every batch's payloads: one ``fetch_many`` per blob (so slices of one
+        shared blob wanted by several partitions cost one range GET), blobs in
+        parallel. When a blob fails, its partitions are retried one by one so
+        one bad partition does not fail the others."""
+        out: list[list[bytes] | None] = [None] * len(items)
+        by_blob: dict[str, list[int]] = {}
+        for i, (_, batch) in enumerate(items):
+            by_blob.setdefault(batch.entry.data_key, []).append(i)
+        groups = list(by_blob.values())
+        failed: list[int] = []
+        for idxs, got in zip(groups, self._map(lambda g: self.reader.fetch_many([items[i] for i in g]), groups)):
+            if isinstance(got, LlogError):
+                failed += idxs
+                continue
+            for i, payloads in zip(idxs, got):
+                out[i] = payloads
+        by_owner: dict[int, list[int]] = {}
+        for i in failed:
+            by_owner.setdefault(id(owners[i]), []).append(i)
+        for idxs in by_owner.values():
+            f = owners[idxs[0]]
+            try:
+                got = self.reader.fetch_many([items[i] for i in idxs])
+            except ObjectNotFound:
+                # The WAL object was vacuumed after a compaction: the reader's
+                # own scan resolves the compacted entry that covers it.
+                got = self._reread(f, [items[i][1] for i in idxs])
+            except LlogError as exc:
+                f.fail(exc)
+                continue
+            if got is None:
+                continue
+            for i, payloads in zip(idxs, got):
+                out[i] = payloads
+        return out
+
+    def _reread(self, f: _Fetch, batches: list[ResolvedBatch]) -> list[list[bytes]] | None:
+        """Payload lists for ``batches`` read through ``iter_from``. Only the
+        slots from ``f.next_offset`` on are read by ``_records``; the slots
+        before it are placeholders."""
+        try:
+            end = batches[-1].end_offset
+            got = {r.offset: r.payload for r in self.reader.iter_from(f.tp.topic, f.tp.partition, f.next_offset, end)}
+        except LlogError as exc:
+            f.fail(exc)
+            return None
+        out: list[list[bytes]] = []
+        for b in batches:
+            wanted = range(max(b.start_offset, f.next_offset), b.end_offset + 1)
+            if not all(off in got for off in wanted):
+                out.append([])  # _records stops at an empty batch
+                continue
+            out.append([got.get(off, b"") for off in range(b.start_offset, b.end_offset + 1)])
+        return out
+
+    @staticmethod
+    def _records(
+        f: _Fetch, batches: list[ResolvedBatch], by_batch: dict[int, list[bytes] | None]
+    ) -> Iterable[tuple[int, bytes]]:
+        expected = f.next_offset
+        for b in batches:
+            payloads = by_batch.get(id(b))
+            if not payloads or b.start_offset > expected:
+                return
+            for off in range(max(expected, b.start_offset), b.end_offset + 1):
+                yield off, payloads[off - b.start_offset]
+            expected = b.end_offset + 1
+
+    def _map(self, fn: Callable[[Any], T], args: list) -> list[T | LlogError]:
+        """``fn`` over ``args`` (in parallel when more than one); an LlogError
+        is returned in place of its result."""
+
+        def call(a: object) -> T | LlogError:
+            try:
+                return fn(a)  # type: ignore[arg-type]
+            except LlogError as exc:
+                return exc
+            except Exception as exc:  # a bug must fail one partition, not the request
+                log.exception("consume: unexpected error")
+                return LlogError(f"internal error: {exc!r}")
+
+        if len(args) <= 1 or self._closed.is_set():
+            return [call(a) for a in args]
+        return list(self._pool.map(call, args))
+
+
+def _payload_estimate(batch: ResolvedBatch, from_offset: int) -> float:
+    """Payload bytes of ``batch`` from ``from_offset`` on, from the index entry
+    alone (its byte length minus the batch framing); unknown (whole-object
+    entries) counts as unbounded so planning stops there."""
+    entry = batch.entry
+    if entry.byte_length is None:
+        return float("inf")
+    count = batch.end_offset - batch.start_offset + 1
+    payload = entry.byte_length - _BATCH_HEADER_BYTES - _RECORD_PREFIX_BYTES * count
+    wanted = batch.end_offset - max(from_offset, batch.start_offset) + 1
+    return max(0, payload) * wanted / count

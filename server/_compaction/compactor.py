@@ -1,0 +1,479 @@
+"""Compaction: ``LeaderlessLogCompactor.compact_once`` (SPEC 7.7).
+
+One run rewrites one contiguous run of WAL entries, starting exactly at the
+compaction cursor, into one partition-local ``bytes-batch-v1`` object, and
+swaps the index over to it:
+
+    K1  recover the writer's pending append; the run never covers offsets
+        above the last materialized append ("the limit")
+    K2  if ``meta/compaction`` exists, resume it by state and stop
+    K3  select WAL entries from the cursor: contiguous, <= limit, within
+        ``max_offsets`` / ``max_bytes`` (the first entry always, if <= limit)
+    K4  fetch the slices (one GET per run of adjacent slices of a blob) and
+        PUT the compacted object
+    K5  create ``meta/compaction`` (WRITING_COMPACTED_INDEX) if absent, then
+        check the cursor did not move
+    K6  CAS the end key to a COMPACTED entry covering the whole run
+    K7  state DELETING_OLD;  K8  delete_range the lower keys
+    K9  state UPDATING_CURSOR;  K10  cursor forward to end + 1 (never back)
+    K11 delete ``meta/compaction``
+
+Every step is idempotent and every state change is conditional on the version
+last seen, so any compactor can resume another's run and two racing
+compactors never both rewrite a range (the loser sees a conflict and stops).
+Reads are correct in every intermediate state: a lower WAL key and the
+COMPACTED end key that covers it point at the same records.
+
+``step_hook(name)`` is called after each durable step (``blob_written``,
+``record_created``, ``end_key_rewritten``, ``lower_keys_deleted``,
+``cursor_advanced``, ``record_deleted``); tests raise or exit there to
+simulate a crash at that point.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from dataclasses import dataclass, replace
+from enum import Enum
+from typing import Callable, Mapping
+
+from .._config import OxiaConfig, S3Config, env_int
+from .._errors import InconsistentReadState, InvalidRequest, ObjectNotFound, PartitionNotInitialized, VersionConflict
+from .._log.reader import LeaderlessLogReader, ResolvedBatch
+from .._log.recovery import materialize_pending
+from .._protocol.codec import BATCH_ENCODING, encode_batch
+from .._protocol.keys import LogLayout, PartitionKeys
+from .._protocol.records import (
+    ENTRY_COMPACTED,
+    ENTRY_WAL,
+    STATE_DELETING_OLD,
+    STATE_UPDATING_CURSOR,
+    STATE_WRITING_COMPACTED_INDEX,
+    CompactionCursor,
+    CompactionRecord,
+    ControlRecord,
+    IndexEntry,
+)
+from .._storage.metastore import EXPECT_ABSENT, MetadataStore, Record
+from .._storage.objectstore import ObjectStore
+from .._storage.stores import StoreClient
+from ..leaderless_log_metrics import LlogMetrics
+
+__all__ = [
+    "LeaderlessLogCompactor",
+    "CompactionOutcome",
+    "CompactionResult",
+    "STATE_WRITING_COMPACTED_INDEX",
+    "STATE_DELETING_OLD",
+    "STATE_UPDATING_CURSOR",
+    "DEFAULT_MAX_OFFSETS",
+    "DEFAULT_MAX_BYTES",
+    "DEFAULT_MAX_REFERENCE_AGE_MS",
+    "StepHook",
+]
+
+log = logging.getLogger(__name__)
+
+
+DEFAULT_MAX_OFFSETS = 100_000
+DEFAULT_MAX_BYTES = 64 * 1024 * 1024
+DEFAULT_MAX_REFERENCE_AGE_MS = 60_000
+"""SPEC 7.0 ``D``: never make the first reference to an object older than this."""
+
+
+class CompactionOutcome(str, Enum):
+    NOTHING_TO_DO = "nothing_to_do"
+    """No WAL run starts at the cursor below the limit."""
+    COMPACTED = "compacted"
+    """This run selected, wrote and committed a new compacted range."""
+    RESUMED = "resumed"
+    """This run finished an interrupted compaction found in meta/compaction."""
+    CONFLICT = "conflict"
+    """Another compactor owns the range; this run stopped without changing it."""
+    ABANDONED = "abandoned"
+    """An interrupted or stale compaction was no longer valid and was dropped."""
+
+
+@dataclass(frozen=True)
+class CompactionResult:
+    topic: str
+    partition: int
+    outcome: CompactionOutcome
+    start_offset: int | None = None
+    end_offset: int | None = None
+    msg_count: int = 0
+    data_key: str | None = None
+    """``s3://`` URI of the compacted object."""
+    source_entries: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    recovered_pending: bool = False
+    high_watermark: int = 0
+    """The partition's high watermark at the start of the run."""
+    cursor: int = 1
+    """The compaction cursor after the run."""
+
+    @property
+    def lag_offsets(self) -> int:
+        """Offsets written but not yet compacted (as of this run)."""
+        return max(0, self.high_watermark - (self.cursor - 1))
+
+
+StepHook = Callable[[str], None]
+
+
+class LeaderlessLogCompactor(StoreClient):
+    """Compacts one partition per ``compact_once`` call. Thread-safe."""
+
+    def __init__(
+        self,
+        oxia_config: OxiaConfig,
+        s3_config: S3Config,
+        *,
+        metrics: LlogMetrics | None = None,
+        metadata_store: MetadataStore | None = None,
+        object_store: ObjectStore | None = None,
+        max_offsets_per_run: int = DEFAULT_MAX_OFFSETS,
+        max_bytes_per_run: int = DEFAULT_MAX_BYTES,
+        max_reference_age_ms: int = DEFAULT_MAX_REFERENCE_AGE_MS,
+        step_hook: StepHook | None = None,
+    ) -> None:
+        if max_offsets_per_run < 1 or max_bytes_per_run < 1:
+            raise InvalidRequest("max_offsets_per_run and max_bytes_per_run must be >= 1")
+        self.bucket = s3_config.require_bucket()
+        self.layout = LogLayout(oxia_config.root_prefix)
+        self.metrics = metrics or LlogMetrics()
+        self.max_offsets_per_run = max_offsets_per_run
+        self.max_bytes_per_run = max_bytes_per_run
+        self.max_reference_age_ms = max_reference_age_ms
+        self._hook = step_hook
+        self._open_stores(oxia_config, s3_config, self.metrics, metadata_store, object_store)
+        self._reader = LeaderlessLogReader(
+            oxia_config, s3_config, metrics=self.metrics,
+            metadata_store=self._meta, object_store=self._objects,
+        )
+
+    @classmethod
+    def from_env(
+        cls, env: Mapping[str, str] | None = None, *, metrics: LlogMetrics | None = None, **kwargs
+    ) -> LeaderlessLogCompactor:
+        """Build from ``LLOG_OXIA_*``, ``LLOG_S3_*`` and
+        ``LLOG_COMPACTOR_MAX_OFFSETS_PER_RUN`` / ``_MAX_BYTES_PER_RUN``."""
+        import os
+
+        env = os.environ if env is None else env
+        kwargs.setdefault(
+            "max_offsets_per_run", env_int(env, "LLOG_COMPACTOR_MAX_OFFSETS_PER_RUN", DEFAULT_MAX_OFFSETS)
+        )
+        kwargs.setdefault("max_bytes_per_run", env_int(env, "LLOG_COMPACTOR_MAX_BYTES_PER_RUN", DEFAULT_MAX_BYTES))
+        return cls(OxiaConfig.from_env(env), S3Config.from_env(env), metrics=metrics, **kwargs)
+
+    def _close_resources(self) -> None:
+        self._reader.close()
+
+    # -- the run -----------------------------------------------------------------
+    def compact_once(self, topic: str, partition: int, max_offsets: int | None = None) -> CompactionResult:
+        """Run one compaction step on the partition (see the module docstring)."""
+        if max_offsets is not None and (isinstance(max_offsets, bool) or max_offsets < 1):
+            raise InvalidRequest(f"max_offsets must be >= 1, got {max_offsets!r}")
+        keys = self.layout.partition(topic, partition)
+        started = time.perf_counter()
+        limit, high_watermark, recovered = self._recover_pending(keys)
+        self._stage("recover_pending", started)
+
+        base = CompactionResult(topic, partition, CompactionOutcome.NOTHING_TO_DO,
+                                recovered_pending=recovered, high_watermark=high_watermark)
+        rec = self._meta.get(keys.compaction, keys.partition_key)
+        if rec is not None:
+            record = CompactionRecord.decode(rec.value)
+            outcome = self._drive(keys, record, rec.version)
+            if outcome is CompactionOutcome.COMPACTED:
+                self.metrics.inc("compactor_resumed_total")
+            result = replace(
+                base,
+                outcome=CompactionOutcome.RESUMED if outcome is CompactionOutcome.COMPACTED else outcome,
+                start_offset=record.start_offset, end_offset=record.end_offset,
+                msg_count=record.msg_count, data_key=record.data_key,
+            )
+        else:
+            result = self._compact_new(keys, base, limit, max_offsets or self.max_offsets_per_run)
+        result = replace(result, cursor=self._cursor(keys)[0])
+        self.metrics.inc("compactor_runs_total", outcome=result.outcome.value)
+        self.metrics.observe("compactor_run_seconds", time.perf_counter() - started)
+        if result.outcome in (CompactionOutcome.COMPACTED, CompactionOutcome.RESUMED):
+            self.metrics.inc("compactor_compacted_offsets_total", result.msg_count)
+            self.metrics.inc("compactor_compacted_bytes_total", result.bytes_written)
+        return result
+
+    def _compact_new(
+        self, keys: PartitionKeys, base: CompactionResult, limit: int, max_offsets: int
+    ) -> CompactionResult:
+        t = time.perf_counter()
+        cursor, _ = self._cursor(keys)
+        selected = self._select(keys, cursor, limit, max_offsets)
+        self._stage("select", t)
+        if not selected:
+            return base
+        start, end = selected[0][1].start_offset, selected[-1][1].end_offset
+        last_rec = selected[-1][0]
+
+        # K4: build and write the compacted object.
+        t = time.perf_counter()
+        items = [(keys, batch) for _, batch in selected]
+        try:
+            payload_lists = self._reader.fetch_many(items)
+        except ObjectNotFound:
+            if self._selection_overtaken(keys, start):
+                # Another compactor compacted this range while we stalled, and
+                # vacuum took the WAL objects it no longer needed.
+                return replace(base, outcome=CompactionOutcome.CONFLICT)
+            raise
+        payloads = [p for batch_payloads in payload_lists for p in batch_payloads]
+        if len(payloads) != end - start + 1:
+            raise InconsistentReadState(
+                f"selected entries hold {len(payloads)} records, expected {end - start + 1}",
+                topic=keys.tp.topic, partition=keys.tp.partition, offset=start,
+            )
+        bytes_read = sum(b.entry.byte_length or 0 for _, b in selected)
+        body = encode_batch(payloads)
+        created_at_ms = int(time.time() * 1000)
+        object_key = keys.compacted_object(str(uuid.uuid4()))
+        data_key = f"s3://{self.bucket}/{object_key}"
+        self._objects.put(self.bucket, object_key, body)
+        self._stage("build", t)
+        self._step("blob_written")
+
+        # K5: record the intent, unless the object is already too old to reference.
+        if int(time.time() * 1000) - created_at_ms > self.max_reference_age_ms:
+            log.warning("compacted object %s took too long to write; leaving it for vacuum", data_key)
+            return replace(base, outcome=CompactionOutcome.ABANDONED, data_key=data_key)
+        record = CompactionRecord(
+            compaction_id=str(uuid.uuid4()),
+            state=STATE_WRITING_COMPACTED_INDEX,
+            start_offset=start,
+            end_offset=end,
+            msg_count=end - start + 1,
+            data_key=data_key,
+            encoding=BATCH_ENCODING,
+            created_at_ms=created_at_ms,
+            last_entry_start_offset=selected[-1][1].start_offset,
+        )
+        try:
+            version = self._meta.put(
+                keys.compaction, record.encode(), keys.partition_key, expected_version=EXPECT_ABSENT
+            )
+        except VersionConflict:
+            return replace(base, outcome=CompactionOutcome.CONFLICT)
+        self._step("record_created")
+        if self._cursor(keys)[0] != start:
+            # Another compactor finished this range while we built ours.
+            self._delete_record(keys, version)
+            return replace(base, outcome=CompactionOutcome.CONFLICT)
+
+        # K6 on the fast path (the version of the end key is known from K3);
+        # a conflict falls back to the resume logic, which re-reads it.
+        t = time.perf_counter()
+        try:
+            self._meta.put(
+                keys.index(end), self._compacted_entry(record).encode(), keys.partition_key,
+                expected_version=last_rec.version,
+            )
+            self._step("end_key_rewritten")
+            record, version = self._set_state(keys, record, version, STATE_DELETING_OLD)
+        except VersionConflict:
+            pass
+        self._stage("rewrite_end_key", t)
+        outcome = self._drive(keys, record, version) if version is not None else CompactionOutcome.CONFLICT
+        return replace(
+            base, outcome=outcome, start_offset=start, end_offset=end, msg_count=end - start + 1,
+            data_key=data_key, source_entries=len(selected), bytes_read=bytes_read, bytes_written=len(body),
+        )
+
+    # -- K1 -------------------------------------------------------------------------
+    def _recover_pending(self, keys: PartitionKeys) -> tuple[int, int, bool]:
+        """Materialize and clear a leftover pending append; return the limit
+        (highest offset compaction may cover), the high watermark, and
+        whether a pending append was recovered."""
+        rec = self._meta.get(keys.control, keys.partition_key)
+        if rec is None:
+            raise PartitionNotInitialized(
+                "partition is not initialized", topic=keys.tp.topic, partition=keys.tp.partition
+            )
+        control = ControlRecord.decode(rec.value)
+        recovered = False
+        if control.pending is not None:
+            materialize_pending(self._meta, keys, control.pending)
+            try:
+                self._meta.put(
+                    keys.control, control.with_pending(None).encode(), keys.partition_key,
+                    expected_version=rec.version,
+                )
+                control = control.with_pending(None)
+                recovered = True
+                self.metrics.inc("compactor_pending_recoveries_total")
+            except VersionConflict:
+                again = self._meta.get(keys.control, keys.partition_key)
+                if again is not None:
+                    control = ControlRecord.decode(again.value)
+        limit = control.pending.start_offset - 1 if control.pending is not None else control.high_watermark
+        return limit, control.high_watermark, recovered
+
+    # -- K3 -------------------------------------------------------------------------
+    def _select(
+        self, keys: PartitionKeys, cursor: int, limit: int, max_offsets: int
+    ) -> list[tuple[Record, ResolvedBatch]]:
+        selected: list[tuple[Record, ResolvedBatch]] = []
+        count = 0
+        nbytes = 0
+        expected_start = cursor
+        for rec in self._meta.range_scan(keys.index(cursor), keys.index_end, keys.partition_key):
+            end = keys.index_offset(rec.key)
+            if end is None:
+                break
+            entry = IndexEntry.decode(rec.value)
+            batch = ResolvedBatch(entry.start_offset(end), end, entry)
+            if entry.type != ENTRY_WAL or batch.start_offset != expected_start or end > limit:
+                break
+            size = entry.byte_length or 0
+            if selected and (count + entry.msg_count > max_offsets or nbytes + size > self.max_bytes_per_run):
+                break
+            selected.append((rec, batch))
+            count += entry.msg_count
+            nbytes += size
+            expected_start = end + 1
+            if count >= max_offsets:
+                break
+        return selected
+
+    def _selection_overtaken(self, keys: PartitionKeys, start: int) -> bool:
+        """Whether another compaction has taken over the range selected from
+        ``start``: the cursor moved, or a compaction record exists."""
+        if self._cursor(keys)[0] != start:
+            return True
+        return self._meta.get(keys.compaction, keys.partition_key) is not None
+
+    # -- K6..K11 and resume ----------------------------------------------------------
+    def _drive(self, keys: PartitionKeys, record: CompactionRecord, version: int) -> CompactionOutcome:
+        """Carry a compaction record from its state to the end (SPEC 7.7, resume)."""
+        while True:
+            if record.state == STATE_WRITING_COMPACTED_INDEX:
+                if self._cursor(keys)[0] != record.start_offset:
+                    self._delete_record(keys, version)
+                    return CompactionOutcome.ABANDONED
+                end_rec = self._meta.get(keys.index(record.end_offset), keys.partition_key)
+                entry = None if end_rec is None else IndexEntry.decode(end_rec.value)
+                if entry is not None and entry.type == ENTRY_COMPACTED and entry.data_key == record.data_key:
+                    pass  # K6 already happened
+                elif entry is not None and entry.type == ENTRY_WAL and self._is_selected_tail(record, entry):
+                    try:
+                        self._meta.put(
+                            keys.index(record.end_offset), self._compacted_entry(record).encode(),
+                            keys.partition_key, expected_version=end_rec.version,
+                        )
+                        self._step("end_key_rewritten")
+                    except VersionConflict:
+                        continue  # re-read the end key and decide again
+                else:
+                    log.info("compaction %s of %s is no longer valid; dropping it", record.compaction_id, keys.tp)
+                    self._delete_record(keys, version)
+                    return CompactionOutcome.ABANDONED
+                record, version = self._set_state(keys, record, version, STATE_DELETING_OLD)
+            elif record.state == STATE_DELETING_OLD:
+                end_rec = self._meta.get(keys.index(record.end_offset), keys.partition_key)
+                entry = None if end_rec is None else IndexEntry.decode(end_rec.value)
+                if entry is None or entry.type != ENTRY_COMPACTED or entry.data_key != record.data_key:
+                    raise InconsistentReadState(
+                        f"compaction {record.compaction_id} is DELETING_OLD but its end key is not its "
+                        "COMPACTED entry; refusing to delete the lower keys",
+                        topic=keys.tp.topic, partition=keys.tp.partition, offset=record.end_offset,
+                    )
+                t = time.perf_counter()
+                self._meta.delete_range(keys.index(record.start_offset), keys.index(record.end_offset), keys.partition_key)
+                self._stage("delete_lower_keys", t)
+                self._step("lower_keys_deleted")
+                record, version = self._set_state(keys, record, version, STATE_UPDATING_CURSOR)
+            elif record.state == STATE_UPDATING_CURSOR:
+                self._advance_cursor(keys, record.end_offset + 1)
+                self._step("cursor_advanced")
+                self._delete_record(keys, version)
+                self._step("record_deleted")
+                return CompactionOutcome.COMPACTED
+            else:
+                raise InconsistentReadState(
+                    f"unknown compaction state {record.state!r}", topic=keys.tp.topic, partition=keys.tp.partition
+                )
+            if version is None:  # the record vanished under us: another compactor finished it
+                return CompactionOutcome.CONFLICT
+
+    @staticmethod
+    def _is_selected_tail(record: CompactionRecord, entry: IndexEntry) -> bool:
+        start = entry.start_offset(record.end_offset)
+        if record.last_entry_start_offset is not None:
+            return start == record.last_entry_start_offset
+        return start >= record.start_offset
+
+    def _set_state(
+        self, keys: PartitionKeys, record: CompactionRecord, version: int, state: str
+    ) -> tuple[CompactionRecord, int | None]:
+        """Move the record to ``state`` if it is unchanged; on a conflict
+        return whatever is there now (or version None if it is gone)."""
+        new = replace(record, state=state)
+        try:
+            return new, self._meta.put(keys.compaction, new.encode(), keys.partition_key, expected_version=version)
+        except VersionConflict:
+            rec = self._meta.get(keys.compaction, keys.partition_key)
+            if rec is None:
+                return record, None
+            current = CompactionRecord.decode(rec.value)
+            if current.compaction_id != record.compaction_id:
+                return record, None
+            return current, rec.version
+
+    def _delete_record(self, keys: PartitionKeys, version: int | None) -> None:
+        if version is None:
+            return
+        try:
+            self._meta.delete(keys.compaction, keys.partition_key, expected_version=version)
+        except VersionConflict:
+            pass  # someone else resumed and finished or replaced it
+
+    def _cursor(self, keys: PartitionKeys) -> tuple[int, int | None]:
+        rec = self._meta.get(keys.compaction_cursor, keys.partition_key)
+        if rec is None:
+            return 1, None
+        return CompactionCursor.decode(rec.value).offset, rec.version
+
+    def _advance_cursor(self, keys: PartitionKeys, target: int) -> None:
+        while True:
+            current, version = self._cursor(keys)
+            if current >= target:
+                return
+            try:
+                self._meta.put(
+                    keys.compaction_cursor, CompactionCursor(target).encode(), keys.partition_key,
+                    expected_version=EXPECT_ABSENT if version is None else version,
+                )
+                return
+            except VersionConflict:
+                continue
+
+    @staticmethod
+    def _compacted_entry(record: CompactionRecord) -> IndexEntry:
+        return IndexEntry(
+            type=ENTRY_COMPACTED,
+            msg_count=record.msg_count,
+            data_key=record.data_key,
+            encoding=BATCH_ENCODING,
+            byte_offset=None,
+            byte_length=None,
+            created_at_ms=record.created_at_ms,
+        )
+
+    def _step(self, name: str) -> None:
+        if self._hook is not None:
+            self._hook(name)
+
+    def _stage(self, stage: str, started: float) -> None:
+        self.metrics.observe("compactor_stage_seconds", time.perf_counter() - started, stage=stage)

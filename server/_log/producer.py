@@ -1,0 +1,290 @@
+"""``BatchingProducer``: coalesce appends from many threads into shared flushes.
+
+Callers ``submit`` groups (or call the blocking ``append_shared``); one named
+flusher thread collects them until ``max_bytes`` of payload is buffered or
+``max_delay_ms`` has passed since the first buffered record, then makes ONE
+``append_shared`` call with one aggregated group per topic-partition (in
+submission order) and fans the result back out: each caller's group gets
+its own contiguous slice of the partition's offsets.
+
+Back-pressure: every accepted payload byte counts against
+``max_buffer_bytes`` until its flush has committed; a submit that would
+exceed the cap fails at once with BackPressureRejected and nothing of it is
+buffered. ``close()`` flushes what was accepted, then stops.
+
+The producer also keeps the process-local set of partitions it has
+initialized, so a partition is initialized once per process, lazily, on its
+first write.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict
+from concurrent.futures import Future
+from dataclasses import dataclass, field, replace
+from typing import Mapping, Sequence
+
+from .._config import BatchConfig
+from .._errors import BackPressureRejected, InvalidRequest, LlogError, OutcomeUnknown, ProducerClosed
+from .._protocol.keys import TopicPartition
+from .._protocol.structs import AppendResult, SharedAppendGroup
+from ..leaderless_log_metrics import LlogMetrics
+from .writer import LeaderlessLogWriter
+
+__all__ = ["BatchingProducer"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Submission:
+    groups: list[SharedAppendGroup]
+    nbytes: int
+    future: Future
+    enqueued_at: float
+    results: list[AppendResult | None] = field(default_factory=list)
+
+
+class BatchingProducer:
+    """Thread-safe, size/time batching front of a :class:`LeaderlessLogWriter`."""
+
+    def __init__(
+        self,
+        writer: LeaderlessLogWriter,
+        config: BatchConfig | None = None,
+        *,
+        metrics: LlogMetrics | None = None,
+        auto_initialize: bool = True,
+        owns_writer: bool = False,
+    ) -> None:
+        self.writer = writer
+        self.config = config or BatchConfig()
+        self.metrics = metrics or writer.metrics
+        self.auto_initialize = auto_initialize
+        self._owns_writer = owns_writer
+        self._cond = threading.Condition()
+        self._queue: list[_Submission] = []
+        self._queued_bytes = 0
+        self._inflight_bytes = 0  # queued + being flushed
+        self._first_at: float | None = None
+        self._flush_requested = False
+        self._closing = False
+        self._closed = False
+        self._initialized: set[TopicPartition] = set()
+        self._init_lock = threading.Lock()
+        self.metrics.set_info(
+            batch_max_bytes=self.config.max_bytes,
+            batch_max_delay_ms=self.config.max_delay_ms,
+            batch_max_buffer_bytes=self.config.max_buffer_bytes,
+        )
+        self._thread = threading.Thread(target=self._run, name="llog-batch-flusher", daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def from_env(
+        cls, env: Mapping[str, str] | None = None, *, metrics: LlogMetrics | None = None
+    ) -> BatchingProducer:
+        """A producer over its own ``LeaderlessLogWriter.from_env()``."""
+        writer = LeaderlessLogWriter.from_env(env, metrics=metrics)
+        try:
+            return cls(writer, BatchConfig.from_env(env), metrics=metrics, owns_writer=True)
+        except Exception:
+            writer.close()
+            raise
+
+    # -- public API ------------------------------------------------------------
+    def submit(self, groups: Sequence[SharedAppendGroup]) -> Future:
+        """Queue groups for the next flush; the Future resolves to one
+        AppendResult per group, in order (failures carry ``error``)."""
+        groups = list(groups)
+        if not groups:
+            raise InvalidRequest("submit needs at least one group")
+        for g in groups:
+            if not isinstance(g, SharedAppendGroup):
+                raise InvalidRequest(f"groups must be SharedAppendGroup, got {type(g).__name__}")
+        nbytes = sum(g.payload_bytes for g in groups)
+        if nbytes > self.config.max_buffer_bytes:
+            raise InvalidRequest(
+                f"request holds {nbytes} payload bytes, more than the producer's buffer cap "
+                f"of {self.config.max_buffer_bytes} (LLOG_BATCH_MAX_BUFFER_BYTES)"
+            )
+        sub = _Submission(groups, nbytes, Future(), time.monotonic(), [None] * len(groups))
+        with self._cond:
+            if self._closing:
+                raise ProducerClosed("the producer is closed")
+            if self._inflight_bytes + nbytes > self.config.max_buffer_bytes:
+                self.metrics.inc("batcher_backpressure_rejections_total")
+                raise BackPressureRejected(
+                    f"producer buffer full: {self._inflight_bytes} of {self.config.max_buffer_bytes} "
+                    f"bytes in flight, {nbytes} more refused; retry after a short wait"
+                )
+            self._queue.append(sub)
+            self._queued_bytes += nbytes
+            self._inflight_bytes += nbytes
+            if self._first_at is None:
+                self._first_at = time.monotonic()
+            self.metrics.set_gauge("batcher_inflight_bytes", self._inflight_bytes)
+            self._cond.notify_all()
+        self.metrics.inc("batcher_submits_total")
+        self.metrics.inc("batcher_records_total", sum(len(g.payloads) for g in groups))
+        self.metrics.inc("batcher_payload_bytes_total", nbytes)
+        return sub.future
+
+    def append_shared(
+        self, groups: Sequence[SharedAppendGroup], timeout: float | None = None
+    ) -> list[AppendResult]:
+        """Submit and wait. Per-group failures are in the results' ``error``."""
+        return self.submit(groups).result(timeout)
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Flush everything submitted so far and wait for it to commit."""
+        with self._cond:
+            pending = [s.future for s in self._queue]
+            self._flush_requested = True
+            self._cond.notify_all()
+        for f in pending:
+            f.result(timeout)
+
+    def ensure_initialized(self, topic: str, partition: int) -> None:
+        """Initialize the partition once per process (idempotent in Oxia too)."""
+        tp = TopicPartition(topic, partition)
+        if tp in self._initialized:
+            return
+        self.writer.initialize_partition(topic, partition)
+        with self._init_lock:
+            self._initialized.add(tp)
+
+    @property
+    def inflight_bytes(self) -> int:
+        with self._cond:
+            return self._inflight_bytes
+
+    def close(self, timeout: float | None = None) -> None:
+        """Stop accepting, flush what was accepted, stop the flusher."""
+        with self._cond:
+            if self._closed:
+                return
+            self._closing = True
+            self._cond.notify_all()
+        self._thread.join(timeout)
+        self._closed = True
+        if self._owns_writer:
+            self.writer.close()
+
+    def __enter__(self) -> BatchingProducer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- flusher -----------------------------------------------------------------
+    def _take_batch(self) -> list[_Submission] | None:
+        """Wait for a flush trigger; return the submissions to flush (None: stop)."""
+        delay_s = self.config.max_delay_ms / 1000.0
+        with self._cond:
+            while True:
+                if self._queue:
+                    due = self._first_at + delay_s  # type: ignore[operator]
+                    now = time.monotonic()
+                    if (
+                        self._queued_bytes >= self.config.max_bytes
+                        or now >= due
+                        or self._flush_requested
+                        or self._closing
+                    ):
+                        break
+                    self._cond.wait(due - now)
+                elif self._closing:
+                    return None
+                else:
+                    self._flush_requested = False
+                    self._cond.wait()
+            taken: list[_Submission] = []
+            size = 0
+            while self._queue and (not taken or size + self._queue[0].nbytes <= self.config.max_bytes):
+                sub = self._queue.pop(0)
+                taken.append(sub)
+                size += sub.nbytes
+            self._queued_bytes -= size
+            if self._queue:
+                # What is left was submitted during the last flush: it is due now.
+                self._first_at = min(s.enqueued_at for s in self._queue)
+            else:
+                self._first_at = None
+                self._flush_requested = False
+            return taken
+
+    def _run(self) -> None:
+        while True:
+            batch = self._take_batch()
+            if batch is None:
+                return
+            try:
+                self._flush(batch)
+            except BaseException as exc:  # never leave a caller waiting forever
+                log.exception("flush failed unexpectedly")
+                # An LlogError escaping the flush is the writer refusing the
+                # whole call up front (definite); anything else may have
+                # struck after commits, so the outcome is unknown.
+                err = exc if isinstance(exc, LlogError) else OutcomeUnknown(f"internal flush error: {exc!r}")
+                for sub in batch:
+                    if not sub.future.done():
+                        sub.future.set_result([
+                            AppendResult(g.topic, g.partition, len(g.payloads), error=err) for g in sub.groups
+                        ])
+            finally:
+                with self._cond:
+                    self._inflight_bytes -= sum(s.nbytes for s in batch)
+                    self.metrics.set_gauge("batcher_inflight_bytes", self._inflight_bytes)
+                    self._cond.notify_all()
+
+    def _flush(self, batch: list[_Submission]) -> None:
+        started = time.monotonic()
+        for sub in batch:
+            self.metrics.observe("batcher_queue_wait_seconds", started - sub.enqueued_at)
+        # One aggregated group per partition, payloads in submission order.
+        slots: OrderedDict[TopicPartition, list[tuple[_Submission, int, int]]] = OrderedDict()
+        payloads: dict[TopicPartition, list[bytes]] = {}
+        for sub in batch:
+            for i, g in enumerate(sub.groups):
+                tp = g.tp
+                acc = payloads.setdefault(tp, [])
+                slots.setdefault(tp, []).append((sub, i, len(acc)))
+                acc.extend(g.payloads)
+
+        init_errors: dict[TopicPartition, LlogError] = {}
+        if self.auto_initialize:
+            for tp in slots:
+                try:
+                    self.ensure_initialized(tp.topic, tp.partition)
+                except LlogError as exc:
+                    init_errors[tp] = exc
+        tps = [tp for tp in slots if tp not in init_errors]
+        merged = [SharedAppendGroup(tp.topic, tp.partition, payloads[tp]) for tp in tps]
+        results = self.writer.append_shared_results(merged) if merged else []
+        by_tp = dict(zip(tps, results))
+        for tp, err in init_errors.items():
+            by_tp[tp] = AppendResult(tp.topic, tp.partition, len(payloads[tp]), error=err)
+
+        for tp, entries in slots.items():
+            res = by_tp[tp]
+            for sub, i, first in entries:
+                count = len(sub.groups[i].payloads)
+                if res.error is None:
+                    start = res.start_offset + first  # type: ignore[operator]
+                    sub.results[i] = replace(res, count=count, start_offset=start, end_offset=start + count - 1)
+                else:
+                    sub.results[i] = replace(res, count=count)
+        for sub in batch:
+            sub.future.set_result(list(sub.results))
+
+        elapsed = time.monotonic() - started
+        self.metrics.inc("batcher_flushes_total")
+        self.metrics.observe("batcher_flush_seconds", elapsed)
+        self.metrics.inc("batcher_flush_partitions_total", len(slots))
+        failed = sum(1 for r in by_tp.values() if r.error is not None)
+        if failed:
+            self.metrics.inc("batcher_failed_partition_batches_total", failed)

@@ -1,0 +1,469 @@
+"""The write path: ``LeaderlessLogWriter``.
+
+``append_shared(groups)`` writes every group into ONE shared WAL blob (one S3
+PUT, LLS1 layout), then commits each topic-partition independently and
+concurrently:
+
+1. take ``meta/control`` (the writer's cached copy and version, or a fresh get);
+2. if it holds a ``pending`` append, materialize that append's index entry
+   (create-if-absent) and treat it as cleared;
+3. refuse if the log is FENCED;
+4. CAS ``meta/control`` to ``sequence_counter = end + 1`` with our ``pending``
+   (on a version conflict: re-read, back off with jitter, retry);
+5. create the index entry at ``index/{end_offset}``;
+6. CAS ``meta/control`` to clear ``pending`` if it is still ours.
+
+The append is committed, durable and readable at step 4 (any later writer,
+fence or compactor materializes it), so it is acknowledged with its offsets
+once step 4 is known to have landed, even if steps 5 or 6 fail. Every error
+a group reports is definite (nothing of it is in the log) except
+``OutcomeUnknown``: the reply to step 4 was lost and the store could not be
+read to decide. In steady state an append is three Oxia round trips per
+partition per flush: the cached control version makes the initial get
+unnecessary.
+
+Index entries are only ever *created* by this module (never overwritten): a
+compaction may already have replaced the key with a COMPACTED entry, and
+writing over it would open a gap below it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from enum import Enum
+from typing import Mapping, Sequence
+
+from .._config import OxiaConfig, S3Config
+from .._errors import (
+    AppendFailed,
+    ConcurrencyConflict,
+    InvalidRequest,
+    LlogError,
+    MetadataStoreError,
+    OutcomeUnknown,
+    PartitionFenced,
+    PartitionNotInitialized,
+    VersionConflict,
+)
+from .._protocol.codec import BATCH_ENCODING, encode_batch, encode_shared_blob
+from .._protocol.keys import LogLayout, PartitionKeys, TopicPartition
+from .._protocol.records import (
+    ENTRY_WAL,
+    LOG_STATE_FENCED,
+    LOG_STATE_OPEN,
+    CompactionCursor,
+    ControlRecord,
+    IndexEntry,
+    PendingAppend,
+)
+from .._protocol.structs import AppendResult, SharedAppendGroup
+from .._retry import Backoff
+from .._storage.metastore import EXPECT_ABSENT, MetadataStore
+from .._storage.objectstore import ObjectStore
+from .._storage.stores import StoreClient
+from ..leaderless_log_metrics import LlogMetrics
+from . import recovery
+from .index import covering_entry
+
+__all__ = ["LeaderlessLogWriter"]
+
+log = logging.getLogger(__name__)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class _Landed(Enum):
+    """What a lost reply to a reserve CAS turned out to mean."""
+
+    YES = "yes"
+    NO = "no"
+    UNKNOWN = "unknown"
+
+
+class LeaderlessLogWriter(StoreClient):
+    """Appends batches to topic-partitions: bytes to S3, order and index to Oxia.
+
+    Thread-safe. Use as a context manager or call :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        oxia_config: OxiaConfig,
+        s3_config: S3Config,
+        *,
+        metrics: LlogMetrics | None = None,
+        metadata_store: MetadataStore | None = None,
+        object_store: ObjectStore | None = None,
+        commit_parallelism: int = 16,
+        max_reference_age_ms: int = 60_000,
+    ) -> None:
+        if commit_parallelism < 1:
+            raise InvalidRequest("commit_parallelism must be >= 1")
+        self.bucket = s3_config.require_bucket()
+        self.layout = LogLayout(oxia_config.root_prefix)
+        self.metrics = metrics or LlogMetrics()
+        self.max_reference_age_ms = max_reference_age_ms
+        """SPEC 7.0 ``D``: a blob older than this is never referenced (vacuum may take it)."""
+        self._open_stores(oxia_config, s3_config, self.metrics, metadata_store, object_store)
+        self._pool = ThreadPoolExecutor(commit_parallelism, thread_name_prefix="llog-commit")
+        self._cache_lock = threading.Lock()
+        self._control_cache: dict[TopicPartition, tuple[ControlRecord, int]] = {}
+        self._tp_locks: dict[TopicPartition, threading.Lock] = defaultdict(threading.Lock)
+
+    @classmethod
+    def from_env(
+        cls, env: Mapping[str, str] | None = None, *, metrics: LlogMetrics | None = None, **kwargs
+    ) -> LeaderlessLogWriter:
+        """Build from ``LLOG_OXIA_*``, ``LLOG_ROOT_PREFIX`` and ``LLOG_S3_*``."""
+        return cls(OxiaConfig.from_env(env), S3Config.from_env(env), metrics=metrics, **kwargs)
+
+    def _close_resources(self) -> None:
+        self._pool.shutdown(wait=True)
+
+    # -- partition management ------------------------------------------------
+    def initialize_partition(self, topic: str, partition: int) -> bool:
+        """Create ``meta/control`` (OPEN, counter 1) and the compaction cursor
+        (offset 1) if absent. Idempotent; returns True if this call created
+        the control record. The cursor goes first so that whoever sees the
+        control record (the discovery anchor) also finds the cursor."""
+        keys = self.layout.partition(topic, partition)
+        try:
+            self._meta.put(
+                keys.compaction_cursor,
+                CompactionCursor(1).encode(),
+                keys.partition_key,
+                expected_version=EXPECT_ABSENT,
+            )
+        except VersionConflict:
+            pass
+        try:
+            version = self._meta.put(
+                keys.control,
+                ControlRecord(LOG_STATE_OPEN, 1, None).encode(),
+                keys.partition_key,
+                expected_version=EXPECT_ABSENT,
+            )
+        except VersionConflict:
+            return False
+        with self._cache_lock:
+            self._control_cache[keys.tp] = (ControlRecord(LOG_STATE_OPEN, 1, None), version)
+        self.metrics.inc("writer_partitions_initialized_total")
+        return True
+
+    def fence_partition(self, topic: str, partition: int) -> ControlRecord:
+        """Set the log FENCED: later appends fail with PartitionFenced."""
+        return self._set_state(self.layout.partition(topic, partition), LOG_STATE_FENCED)
+
+    def unfence_partition(self, topic: str, partition: int) -> ControlRecord:
+        """Set the log OPEN again."""
+        return self._set_state(self.layout.partition(topic, partition), LOG_STATE_OPEN)
+
+    def recover_pending(self, topic: str, partition: int) -> bool:
+        """Materialize and clear a leftover ``pending`` append, if any.
+
+        Returns True if there was one. Used by fencing and the compactor.
+        """
+        keys = self.layout.partition(topic, partition)
+        backoff = Backoff()
+        while True:
+            control, version = self._read_control(keys)
+            if control.pending is None:
+                return False
+            recovery.materialize_pending(self._meta, keys, control.pending)
+            try:
+                new_version = self._meta.put(
+                    keys.control, control.with_pending(None).encode(), keys.partition_key,
+                    expected_version=version,
+                )
+                self._remember(keys.tp, control.with_pending(None), new_version)
+                self.metrics.inc("writer_pending_recovered_total")
+                return True
+            except VersionConflict:
+                backoff = self._backoff_or_raise(backoff, keys, "recover pending")
+
+    def _set_state(self, keys: PartitionKeys, state: str) -> ControlRecord:
+        backoff = Backoff()
+        while True:
+            control, version = self._read_control(keys)
+            if control.pending is not None:
+                recovery.materialize_pending(self._meta, keys, control.pending)
+            new = ControlRecord(state, control.sequence_counter, None)
+            try:
+                new_version = self._meta.put(
+                    keys.control, new.encode(), keys.partition_key, expected_version=version
+                )
+            except VersionConflict:
+                backoff = self._backoff_or_raise(backoff, keys, f"set log_state {state}")
+                continue
+            self._remember(keys.tp, new, new_version)
+            return new
+
+    # -- appends ---------------------------------------------------------------
+    def append_shared(self, groups: Sequence[SharedAppendGroup]) -> list[AppendResult]:
+        """Append every group through one shared WAL blob.
+
+        Returns one AppendResult per group, in order. If any group failed,
+        raises AppendFailed whose ``results`` show what was committed.
+        """
+        results = self.append_shared_results(groups)
+        failed = [r for r in results if r.error is not None]
+        if failed:
+            first = failed[0]
+            raise AppendFailed(
+                f"{len(failed)} of {len(results)} groups failed; first "
+                f"{first.topic}:{first.partition}: {first.error}",
+                results,
+            ) from first.error
+        return results
+
+    def append_shared_results(self, groups: Sequence[SharedAppendGroup]) -> list[AppendResult]:
+        """Like :meth:`append_shared` but never raises for per-group failures:
+        each failed group's AppendResult carries its typed error."""
+        if self._closed:
+            raise InvalidRequest("writer is closed")
+        groups = list(groups)
+        if not groups:
+            raise InvalidRequest("append_shared needs at least one group")
+        for g in groups:
+            if not isinstance(g, SharedAppendGroup):
+                raise InvalidRequest(f"groups must be SharedAppendGroup, got {type(g).__name__}")
+
+        created_at_ms = _now_ms()
+        bodies = [(g.topic, g.partition, len(g.payloads), encode_batch(g.payloads)) for g in groups]
+        blob, parts = encode_shared_blob(bodies, created_at_ms)
+        object_key = self.layout.shared_wal_object(str(uuid.uuid4()))
+        wal_uri = f"s3://{self.bucket}/{object_key}"
+        try:
+            self._objects.put(self.bucket, object_key, blob)
+        except LlogError as exc:
+            # Nothing was committed: every group fails with the same cause.
+            return [AppendResult(g.topic, g.partition, len(g.payloads), error=exc) for g in groups]
+        self.metrics.inc("writer_blobs_total")
+        self.metrics.inc("writer_blob_bytes_total", len(blob))
+
+        # Groups of one partition commit in order on one worker; partitions in parallel.
+        by_tp: dict[TopicPartition, list[int]] = defaultdict(list)
+        for i, g in enumerate(groups):
+            by_tp[g.tp].append(i)
+        results: list[AppendResult | None] = [None] * len(groups)
+
+        def commit_tp(tp: TopicPartition, idxs: list[int]) -> None:
+            keys = self.layout.keys(tp)
+            with self._tp_locks[tp]:
+                for i in idxs:
+                    g, part = groups[i], parts[i]
+                    pending = PendingAppend(
+                        append_id=str(uuid.uuid4()),
+                        start_offset=0,
+                        end_offset=0,
+                        msg_count=len(g.payloads),
+                        entry_type=ENTRY_WAL,
+                        data_key=wal_uri,
+                        encoding=BATCH_ENCODING,
+                        byte_offset=part.body_offset,
+                        byte_length=part.body_length,
+                        created_at_ms=created_at_ms,
+                    )
+                    try:
+                        results[i] = self._commit(keys, pending)
+                        self.metrics.inc("writer_records_total", len(g.payloads))
+                        self.metrics.inc("writer_payload_bytes_total", g.payload_bytes)
+                    except LlogError as exc:
+                        self.metrics.inc("writer_commit_failures_total", error=type(exc).__name__)
+                        results[i] = AppendResult(g.topic, g.partition, len(g.payloads), error=exc)
+                    except Exception as exc:  # a bug must fail the group, not hang the caller
+                        # It may have struck after the reservation: say so honestly.
+                        log.exception("unexpected error committing %s", tp)
+                        results[i] = AppendResult(
+                            g.topic, g.partition, len(g.payloads),
+                            error=OutcomeUnknown(
+                                f"internal error while committing: {exc!r}", topic=tp.topic, partition=tp.partition
+                            ),
+                        )
+
+        if len(by_tp) == 1:
+            (tp, idxs), = by_tp.items()
+            commit_tp(tp, idxs)
+        else:
+            for f in [self._pool.submit(commit_tp, tp, idxs) for tp, idxs in by_tp.items()]:
+                f.result()
+        return [r for r in results if r is not None]
+
+    def _commit(self, keys: PartitionKeys, template: PendingAppend) -> AppendResult:
+        """Reserve offsets for one group (C1-C3), then finish it (C4-C5).
+
+        Every error raised here is definite (nothing of the group is in the
+        log) except :class:`OutcomeUnknown`. Once the reservation is known to
+        have landed the group is reported committed, whatever happens to C4
+        and C5: its records are durable and readable through ``pending``.
+        """
+        tp = keys.tp
+        backoff = Backoff()
+        state = self._cached(tp)
+        while True:
+            if state is None:
+                state = self._read_control(keys)
+            control, version = state
+            if control.pending is not None:
+                recovery.materialize_pending(self._meta, keys, control.pending)
+                control = control.with_pending(None)
+            if _now_ms() - template.created_at_ms > self.max_reference_age_ms:
+                raise ConcurrencyConflict(
+                    f"append did not commit within {self.max_reference_age_ms} ms of writing its blob; "
+                    "gave up so vacuum may reclaim the blob (retry the append)",
+                    topic=tp.topic, partition=tp.partition,
+                )
+            if control.fenced:
+                raise PartitionFenced(
+                    "partition is FENCED: appends are refused until it is unfenced",
+                    topic=tp.topic, partition=tp.partition,
+                )
+            start = control.sequence_counter
+            end = start + template.msg_count - 1
+            pending = PendingAppend(**{**template.__dict__, "start_offset": start, "end_offset": end})
+            reserved = ControlRecord(LOG_STATE_OPEN, end + 1, pending)
+            try:
+                reserved_version: int | None = self._meta.put(
+                    keys.control, reserved.encode(), keys.partition_key, expected_version=version
+                )
+                break
+            except VersionConflict:
+                self.metrics.inc("writer_cas_conflicts_total")
+                state = None
+                backoff = self._backoff_or_raise(backoff, keys, "reserve offsets")
+            except MetadataStoreError as exc:
+                # The CAS may have landed even though we got no answer.
+                landed, reserved_version = self._resolve_ambiguous(keys, pending)
+                if landed is _Landed.UNKNOWN:
+                    self.metrics.inc("writer_outcome_unknown_total")
+                    raise OutcomeUnknown(
+                        f"the reply to the offset reservation {start}..{end} was lost and meta/control "
+                        f"could not be read to tell whether it landed ({exc.message}); the records may "
+                        "or may not be in the log",
+                        topic=tp.topic, partition=tp.partition,
+                    ) from exc
+                if landed is _Landed.NO:
+                    state = None
+                    backoff = self._backoff_or_raise(backoff, keys, "reserve offsets")
+                    continue
+                break
+
+        self._finish(keys, reserved, reserved_version)
+        return AppendResult(
+            topic=tp.topic,
+            partition=tp.partition,
+            count=pending.msg_count,
+            start_offset=start,
+            end_offset=end,
+            index_key=keys.index(end),
+            wal_uri=pending.data_key,
+            byte_offset=pending.byte_offset,
+            byte_length=pending.byte_length,
+        )
+
+    def _finish(self, keys: PartitionKeys, reserved: ControlRecord, reserved_version: int | None) -> None:
+        """C4 and C5 for a committed reservation. Failures here never fail the
+        append: it is committed, and whoever next touches the log
+        materializes the pending append (7.2)."""
+        pending = reserved.pending
+        assert pending is not None
+        if reserved_version is None:
+            return  # another writer already took over and materialized it
+        try:
+            created = recovery.create_index_entry(self._meta, keys, pending)
+            try:
+                cleared = reserved.with_pending(None)
+                new_version = self._meta.put(
+                    keys.control, cleared.encode(), keys.partition_key, expected_version=reserved_version
+                )
+                self._remember(keys.tp, cleared, new_version)
+            except VersionConflict:
+                # Another process replaced our pending, after materializing it.
+                # If our create still succeeded, a compaction may have deleted
+                # that materialized key before it: ours is then redundant.
+                self._forget(keys.tp)
+                if created is not None and recovery.drop_if_redundant(self._meta, keys, pending, created):
+                    self.metrics.inc("writer_redundant_entries_dropped_total")
+        except LlogError as exc:
+            self._forget(keys.tp)
+            self.metrics.inc("writer_finish_failures_total")
+            log.warning(
+                "append %s..%s of %s is committed but its index entry or clear failed (%s); "
+                "it is readable through meta/control.pending until the next append materializes it",
+                pending.start_offset, pending.end_offset, keys.tp, exc,
+            )
+
+    def _resolve_ambiguous(self, keys: PartitionKeys, pending: PendingAppend) -> tuple[_Landed, int | None]:
+        """After a lost reply to our reserve CAS, decide whether it landed
+        (SPEC 7.3 C3, unknown outcome). When it did, also the control version
+        still holding our pending (None: a later writer took over and
+        materialized it)."""
+        self._forget(keys.tp)
+        try:
+            control, version = self._read_control(keys)
+            if control.pending is not None and control.pending.append_id == pending.append_id:
+                return _Landed.YES, version
+            if control.sequence_counter <= pending.end_offset:
+                # Had ours landed, the counter would be past our end forever.
+                return _Landed.NO, None
+            # Someone reserved past our end. The entry holding our end offset
+            # tells: ours (materialized by whoever took over), another append's
+            # WAL entry (so ours never landed), or a COMPACTED range (cannot tell).
+            covering = covering_entry(self._meta, keys, pending.end_offset)
+        except LlogError:
+            return _Landed.UNKNOWN, None
+        if covering is None or covering[1].type != ENTRY_WAL:
+            return _Landed.UNKNOWN, None
+        entry_end, entry = covering
+        ours = (
+            entry_end == pending.end_offset
+            and entry.data_key == pending.data_key
+            and entry.byte_offset == pending.byte_offset
+        )
+        return (_Landed.YES, None) if ours else (_Landed.NO, None)
+
+    # -- helpers ---------------------------------------------------------------
+    def _read_control(self, keys: PartitionKeys) -> tuple[ControlRecord, int]:
+        rec = self._meta.get(keys.control, keys.partition_key)
+        if rec is None:
+            raise PartitionNotInitialized(
+                "partition is not initialized: call initialize_partition first",
+                topic=keys.tp.topic, partition=keys.tp.partition,
+            )
+        control = ControlRecord.decode(rec.value)
+        self._remember(keys.tp, control, rec.version)
+        return control, rec.version
+
+    def _cached(self, tp: TopicPartition) -> tuple[ControlRecord, int] | None:
+        """The cached control, unless it holds a pending append: a pending seen
+        in a stale copy may be long materialized and compacted, so acting on it
+        (materializing) is only done from a fresh read."""
+        with self._cache_lock:
+            hit = self._control_cache.get(tp)
+        return None if hit is None or hit[0].pending is not None else hit
+
+    def _remember(self, tp: TopicPartition, control: ControlRecord, version: int) -> None:
+        with self._cache_lock:
+            self._control_cache[tp] = (control, version)
+
+    def _forget(self, tp: TopicPartition) -> None:
+        with self._cache_lock:
+            self._control_cache.pop(tp, None)
+
+    def _backoff_or_raise(self, backoff: Backoff, keys: PartitionKeys, what: str) -> Backoff:
+        backoff = backoff.next()
+        if backoff.exhausted:
+            raise ConcurrencyConflict(
+                f"gave up to {what} after {backoff.attempt} version conflicts on meta/control",
+                topic=keys.tp.topic, partition=keys.tp.partition,
+            )
+        backoff.sleep()
+        return backoff
+

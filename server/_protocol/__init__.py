@@ -1,0 +1,7 @@
+"""Protocol: the bytes and values llog stores and serves, with no I/O.
+
+``codec`` (batch and shared-blob layouts), ``keys`` (Oxia/S3 key layout and
+name validation), ``records`` (the JSON values in Oxia), ``structs`` (the
+values callers pass and get back), ``http_error`` (the JSON error body of
+both HTTP services). Imports only the foundations (``server._errors``).
+"""

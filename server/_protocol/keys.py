@@ -1,0 +1,241 @@
+"""Oxia keys, S3 keys and the validation of the names that go into them.
+
+Every key of one log lives under a root prefix (``LLOG_ROOT_PREFIX``, default
+``llog``), so one bucket and one Oxia namespace can hold several logs::
+
+    {root}/{topic}/partitions/{partition}/meta/control
+    {root}/{topic}/partitions/{partition}/meta/compaction-cursor
+    {root}/{topic}/partitions/{partition}/meta/compaction
+    {root}/{topic}/partitions/{partition}/meta/compactor-claim
+    {root}/{topic}/partitions/{partition}/index/{end_offset:020d}
+
+    S3: {root}/wal-shared/{uuid}
+        {root}/{topic}/partitions/{partition}/data/compacted/{uuid}
+        {root}/{topic}/partitions/{partition}/data/wal/{uuid}        (legacy, read only)
+
+Sort order: Oxia compares keys segment by segment on ``/``, and at each level
+a key with no further ``/`` sorts before every key that has one. The index
+offsets are zero-padded to 20 digits so that within ``.../index/`` the
+segment order is the numeric order. ``[index/, index/~)`` therefore covers
+exactly one partition's index and nothing deeper, and because both ends share
+the root's first segment such a range can never reach ``__oxia/...``.
+
+Names are validated before any key is built: a topic is 1-249 characters of
+``[A-Za-z0-9._-]`` and not ``.`` or ``..``, so no topic can add a path segment
+or escape its subtree in Oxia, S3 or a cache directory.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cached_property
+
+from .._errors import ConfigError, InvalidRequest
+
+__all__ = [
+    "OFFSET_DIGITS",
+    "TopicPartition",
+    "PartitionKeys",
+    "LogLayout",
+    "validate_topic",
+    "validate_partition",
+    "validate_root_prefix",
+    "format_offset",
+    "parse_s3_uri",
+]
+
+OFFSET_DIGITS = 20
+MAX_TOPIC_LENGTH = 249
+_TOPIC_RE = re.compile(r"[A-Za-z0-9._-]{1,249}")
+_SEGMENT_RE = re.compile(r"[A-Za-z0-9._-]+")
+# Oxia keeps its own records under __oxia/; a root there would collide.
+_RESERVED_ROOT = "__oxia"
+
+
+def validate_topic(topic: object) -> str:
+    """Return ``topic`` if it is a valid topic name, else raise InvalidRequest."""
+    if not isinstance(topic, str):
+        raise InvalidRequest(f"topic must be a string, got {type(topic).__name__}")
+    if not _TOPIC_RE.fullmatch(topic) or topic in (".", ".."):
+        raise InvalidRequest(
+            f"invalid topic {topic!r}: use 1-{MAX_TOPIC_LENGTH} characters of "
+            "A-Z a-z 0-9 . _ - (not '.' or '..')"
+        )
+    return topic
+
+
+def validate_partition(partition: object, topic: str | None = None) -> int:
+    """Return ``partition`` if it is a non-negative int (not a bool)."""
+    if isinstance(partition, bool) or not isinstance(partition, int):
+        raise InvalidRequest(
+            f"partition must be a non-negative integer, got {partition!r}", topic=topic
+        )
+    if partition < 0:
+        raise InvalidRequest(
+            f"partition must be a non-negative integer, got {partition}", topic=topic
+        )
+    return partition
+
+
+def validate_root_prefix(root: object) -> str:
+    """Return ``root`` if every ``/``-separated segment is a safe name."""
+    if not isinstance(root, str) or not root:
+        raise ConfigError("LLOG_ROOT_PREFIX must be a non-empty string")
+    segments = root.split("/")
+    for seg in segments:
+        if not _SEGMENT_RE.fullmatch(seg) or seg in (".", ".."):
+            raise ConfigError(
+                f"invalid LLOG_ROOT_PREFIX {root!r}: segments must be "
+                "A-Z a-z 0-9 . _ - with no empty, '.' or '..' segment"
+            )
+    if segments[0].startswith(_RESERVED_ROOT):
+        raise ConfigError(f"invalid LLOG_ROOT_PREFIX {root!r}: __oxia is reserved by Oxia")
+    return root
+
+
+def format_offset(offset: int) -> str:
+    """Zero-pad an offset to the 20 digits the index keys use."""
+    return f"{offset:0{OFFSET_DIGITS}d}"
+
+
+def parse_s3_uri(uri: str) -> tuple[str, str]:
+    """Split ``s3://bucket/key`` into ``(bucket, key)``."""
+    if not isinstance(uri, str) or not uri.startswith("s3://"):
+        raise InvalidRequest(f"not an s3:// URI: {uri!r}")
+    bucket, sep, key = uri[5:].partition("/")
+    if not bucket or not sep or not key:
+        raise InvalidRequest(f"not an s3://bucket/key URI: {uri!r}")
+    return bucket, key
+
+
+@dataclass(frozen=True, order=True)
+class TopicPartition:
+    """One log: a topic and a partition number."""
+
+    topic: str
+    """Topic name, validated by :func:`validate_topic`."""
+    partition: int
+    """Partition number, >= 0."""
+
+    def __post_init__(self) -> None:
+        validate_topic(self.topic)
+        validate_partition(self.partition, self.topic)
+
+    def __str__(self) -> str:
+        return f"{self.topic}:{self.partition}"
+
+    @classmethod
+    def parse(cls, text: str) -> TopicPartition:
+        """Parse ``topic:partition`` (as in ``LLOG_COMPACTOR_TARGETS``)."""
+        topic, sep, part = text.strip().rpartition(":")
+        if not sep or not (part.isascii() and part.isdigit()):
+            raise InvalidRequest(f"expected 'topic:partition', got {text!r}")
+        return cls(topic, int(part))
+
+
+@dataclass(frozen=True)
+class PartitionKeys:
+    """All Oxia and S3 keys of one topic-partition under one root."""
+
+    root: str
+    tp: TopicPartition
+
+    @cached_property
+    def base(self) -> str:
+        return f"{self.root}/{self.tp.topic}/partitions/{self.tp.partition}"
+
+    @cached_property
+    def partition_key(self) -> str:
+        """Oxia shard routing key: every record of the partition on one shard."""
+        return f"{self.tp.topic}:{self.tp.partition}"
+
+    @cached_property
+    def control(self) -> str:
+        return f"{self.base}/meta/control"
+
+    @cached_property
+    def compaction_cursor(self) -> str:
+        return f"{self.base}/meta/compaction-cursor"
+
+    @cached_property
+    def compaction(self) -> str:
+        return f"{self.base}/meta/compaction"
+
+    @cached_property
+    def compactor_claim(self) -> str:
+        return f"{self.base}/meta/compactor-claim"
+
+    @cached_property
+    def index_prefix(self) -> str:
+        return f"{self.base}/index/"
+
+    @cached_property
+    def index_end(self) -> str:
+        """Exclusive end of the index range: '~' sorts after every digit."""
+        return f"{self.base}/index/~"
+
+    def index(self, end_offset: int) -> str:
+        return self.index_prefix + format_offset(end_offset)
+
+    def index_offset(self, key: str) -> int | None:
+        """The end offset named by ``key`` if it is one of *this* partition's
+        index keys, else None (a CEILING get may return any later key)."""
+        if not key.startswith(self.index_prefix):
+            return None
+        digits = key[len(self.index_prefix):]
+        if len(digits) != OFFSET_DIGITS or not (digits.isascii() and digits.isdigit()):
+            return None
+        return int(digits)
+
+    def compacted_object(self, blob_id: str) -> str:
+        return f"{self.base}/data/compacted/{blob_id}"
+
+    def legacy_wal_object(self, blob_id: str) -> str:
+        return f"{self.base}/data/wal/{blob_id}"
+
+
+@dataclass(frozen=True)
+class LogLayout:
+    """Key layout of one log (one root prefix) in one bucket."""
+
+    root: str = "llog"
+
+    def __post_init__(self) -> None:
+        validate_root_prefix(self.root)
+
+    def partition(self, topic: str, partition: int) -> PartitionKeys:
+        return PartitionKeys(self.root, TopicPartition(topic, partition))
+
+    def keys(self, tp: TopicPartition) -> PartitionKeys:
+        return PartitionKeys(self.root, tp)
+
+    def shared_wal_object(self, blob_id: str) -> str:
+        return f"{self.root}/wal-shared/{blob_id}"
+
+    @property
+    def shared_wal_prefix(self) -> str:
+        return f"{self.root}/wal-shared/"
+
+    @property
+    def object_prefix(self) -> str:
+        """Every S3 object of this log starts with this."""
+        return f"{self.root}/"
+
+    def parse_control_key(self, key: str) -> TopicPartition | None:
+        """The topic-partition of a ``.../meta/control`` key under this root."""
+        head = self.root + "/"
+        if not key.startswith(head) or not key.endswith("/meta/control"):
+            return None
+        parts = key[len(head):].split("/")
+        if (
+            len(parts) != 5
+            or parts[1] != "partitions"
+            or not (parts[2].isascii() and parts[2].isdigit())
+            or str(int(parts[2])) != parts[2]
+        ):
+            return None
+        try:
+            return TopicPartition(parts[0], int(parts[2]))
+        except InvalidRequest:
+            return None

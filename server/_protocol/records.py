@@ -1,0 +1,321 @@
+"""The JSON values stored in Oxia, as frozen dataclasses.
+
+Each class converts to and from the exact JSON of the protocol
+(``leaderless-log-protocol/SPEC.md``); JSON shapes never leave this module.
+Encoding is compact JSON with keys in declaration order, so the same value
+always gives the same bytes (the golden examples rely on it).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from typing import Any
+
+from .._errors import CorruptBatch
+from .codec import BATCH_ENCODING
+
+__all__ = [
+    "LOG_STATE_OPEN",
+    "LOG_STATE_FENCED",
+    "ENTRY_WAL",
+    "ENTRY_COMPACTED",
+    "STATE_WRITING_COMPACTED_INDEX",
+    "STATE_DELETING_OLD",
+    "STATE_UPDATING_CURSOR",
+    "PendingAppend",
+    "ControlRecord",
+    "IndexEntry",
+    "CompactionCursor",
+    "CompactionRecord",
+    "CompactorClaim",
+    "dumps",
+    "loads",
+]
+
+LOG_STATE_OPEN = "OPEN"
+LOG_STATE_FENCED = "FENCED"
+ENTRY_WAL = "WAL"
+ENTRY_COMPACTED = "COMPACTED"
+
+# ``meta/compaction`` states (SPEC 4.5): the next step a compaction performs.
+STATE_WRITING_COMPACTED_INDEX = "WRITING_COMPACTED_INDEX"
+STATE_DELETING_OLD = "DELETING_OLD"
+STATE_UPDATING_CURSOR = "UPDATING_CURSOR"
+
+
+def dumps(doc: dict[str, Any]) -> bytes:
+    return json.dumps(doc, separators=(",", ":")).encode("utf-8")
+
+
+def _reject_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a number")
+
+
+def loads(raw: bytes, what: str) -> dict[str, Any]:
+    try:
+        doc = json.loads(raw, parse_constant=_reject_constant)
+    except ValueError as exc:
+        raise CorruptBatch(f"unreadable {what} record: {exc}") from exc
+    if not isinstance(doc, dict):
+        raise CorruptBatch(f"unreadable {what} record: not a JSON object")
+    return doc
+
+
+def _opt_int(doc: dict[str, Any], name: str) -> int | None:
+    value = doc.get(name)
+    return None if value is None else int(value)
+
+
+@dataclass(frozen=True)
+class PendingAppend:
+    """``meta/control.pending``: an append whose offsets are reserved but whose
+    index entry may not exist yet. Authoritative during crash recovery."""
+
+    append_id: str
+    start_offset: int
+    end_offset: int
+    msg_count: int
+    entry_type: str
+    data_key: str
+    """Full ``s3://bucket/key`` URI of the blob holding the batch."""
+    encoding: str
+    byte_offset: int | None
+    byte_length: int | None
+    created_at_ms: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "append_id": self.append_id,
+            "start_offset": self.start_offset,
+            "end_offset": self.end_offset,
+            "msg_count": self.msg_count,
+            "entry_type": self.entry_type,
+            "data_key": self.data_key,
+            "encoding": self.encoding,
+            "byte_offset": self.byte_offset,
+            "byte_length": self.byte_length,
+            "created_at_ms": self.created_at_ms,
+        }
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> PendingAppend:
+        try:
+            return cls(
+                append_id=str(doc["append_id"]),
+                start_offset=int(doc["start_offset"]),
+                end_offset=int(doc["end_offset"]),
+                msg_count=int(doc["msg_count"]),
+                entry_type=str(doc.get("entry_type", ENTRY_WAL)),
+                data_key=str(doc["data_key"]),
+                encoding=str(doc.get("encoding", BATCH_ENCODING)),
+                byte_offset=_opt_int(doc, "byte_offset"),
+                byte_length=_opt_int(doc, "byte_length"),
+                created_at_ms=int(doc.get("created_at_ms", 0)),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CorruptBatch(f"unreadable pending append: {exc!r}") from exc
+
+    def index_entry(self) -> IndexEntry:
+        """The index entry this append materializes at ``end_offset``."""
+        return IndexEntry(
+            type=self.entry_type,
+            msg_count=self.msg_count,
+            data_key=self.data_key,
+            encoding=self.encoding,
+            byte_offset=self.byte_offset,
+            byte_length=self.byte_length,
+            created_at_ms=self.created_at_ms,
+        )
+
+
+@dataclass(frozen=True)
+class ControlRecord:
+    """``meta/control``: log state, the next offset to assign, the pending append."""
+
+    log_state: str
+    sequence_counter: int
+    """The next offset to assign; the high watermark is ``sequence_counter - 1``."""
+    pending: PendingAppend | None = None
+
+    @property
+    def high_watermark(self) -> int:
+        return self.sequence_counter - 1
+
+    @property
+    def fenced(self) -> bool:
+        return self.log_state == LOG_STATE_FENCED
+
+    def with_pending(self, pending: PendingAppend | None) -> ControlRecord:
+        return replace(self, pending=pending)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "log_state": self.log_state,
+            "sequence_counter": self.sequence_counter,
+            "pending": None if self.pending is None else self.pending.to_json(),
+        }
+
+    def encode(self) -> bytes:
+        return dumps(self.to_json())
+
+    @classmethod
+    def decode(cls, raw: bytes) -> ControlRecord:
+        doc = loads(raw, "meta/control")
+        try:
+            pending = doc.get("pending")
+            state = str(doc["log_state"])
+            if state not in (LOG_STATE_OPEN, LOG_STATE_FENCED):
+                raise ValueError(f"unknown log_state {state!r}")
+            return cls(
+                log_state=state,
+                sequence_counter=int(doc["sequence_counter"]),
+                pending=None if pending is None else PendingAppend.from_json(pending),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CorruptBatch(f"unreadable meta/control record: {exc!r}") from exc
+
+
+@dataclass(frozen=True)
+class IndexEntry:
+    """``index/{end_offset_20d}``: one batch (WAL) or compacted range.
+
+    The key names the end offset; the range is
+    ``[end_offset - msg_count + 1, end_offset]``.
+    """
+
+    type: str
+    msg_count: int
+    data_key: str
+    encoding: str
+    byte_offset: int | None
+    """Slice start inside a shared WAL blob; None means the whole object."""
+    byte_length: int | None
+    created_at_ms: int
+
+    def start_offset(self, end_offset: int) -> int:
+        return end_offset - self.msg_count + 1
+
+    def to_json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {
+            "type": self.type,
+            "msg_count": self.msg_count,
+            "data_key": self.data_key,
+            "encoding": self.encoding,
+        }
+        if self.byte_offset is not None and self.byte_length is not None:
+            doc["byte_offset"] = self.byte_offset
+            doc["byte_length"] = self.byte_length
+        doc["created_at_ms"] = self.created_at_ms
+        return doc
+
+    def encode(self) -> bytes:
+        return dumps(self.to_json())
+
+    @classmethod
+    def decode(cls, raw: bytes) -> IndexEntry:
+        doc = loads(raw, "index")
+        try:
+            kind = str(doc["type"])
+            if kind not in (ENTRY_WAL, ENTRY_COMPACTED):
+                raise ValueError(f"unknown index entry type {kind!r}")
+            return cls(
+                type=kind,
+                msg_count=int(doc["msg_count"]),
+                data_key=str(doc["data_key"]),
+                encoding=str(doc.get("encoding", BATCH_ENCODING)),
+                byte_offset=_opt_int(doc, "byte_offset"),
+                byte_length=_opt_int(doc, "byte_length"),
+                created_at_ms=int(doc.get("created_at_ms", 0)),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CorruptBatch(f"unreadable index record: {exc!r}") from exc
+
+
+@dataclass(frozen=True)
+class CompactionCursor:
+    """``meta/compaction-cursor``: the first offset not yet compacted."""
+
+    offset: int
+
+    def encode(self) -> bytes:
+        return dumps({"offset": self.offset})
+
+    @classmethod
+    def decode(cls, raw: bytes) -> CompactionCursor:
+        doc = loads(raw, "meta/compaction-cursor")
+        try:
+            return cls(int(doc["offset"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CorruptBatch(f"unreadable compaction cursor: {exc!r}") from exc
+
+
+@dataclass(frozen=True)
+class CompactionRecord:
+    """``meta/compaction``: the in-flight compaction, authoritative for resume."""
+
+    compaction_id: str
+    state: str
+    start_offset: int
+    end_offset: int
+    msg_count: int
+    data_key: str
+    encoding: str
+    created_at_ms: int
+    last_entry_start_offset: int | None = None
+    """Start offset of the last selected WAL entry (the end key's old range)."""
+
+    def to_json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {
+            "compaction_id": self.compaction_id,
+            "state": self.state,
+            "start_offset": self.start_offset,
+            "end_offset": self.end_offset,
+            "msg_count": self.msg_count,
+            "data_key": self.data_key,
+            "encoding": self.encoding,
+            "created_at_ms": self.created_at_ms,
+        }
+        if self.last_entry_start_offset is not None:
+            doc["last_entry_start_offset"] = self.last_entry_start_offset
+        return doc
+
+    def encode(self) -> bytes:
+        return dumps(self.to_json())
+
+    @classmethod
+    def decode(cls, raw: bytes) -> CompactionRecord:
+        doc = loads(raw, "meta/compaction")
+        try:
+            return cls(
+                compaction_id=str(doc["compaction_id"]),
+                state=str(doc["state"]),
+                start_offset=int(doc["start_offset"]),
+                end_offset=int(doc["end_offset"]),
+                msg_count=int(doc["msg_count"]),
+                data_key=str(doc["data_key"]),
+                encoding=str(doc.get("encoding", BATCH_ENCODING)),
+                created_at_ms=int(doc.get("created_at_ms", 0)),
+                last_entry_start_offset=_opt_int(doc, "last_entry_start_offset"),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CorruptBatch(f"unreadable compaction record: {exc!r}") from exc
+
+
+@dataclass(frozen=True)
+class CompactorClaim:
+    """``meta/compactor-claim``: an ephemeral scheduling claim."""
+
+    compactor_id: str
+    claimed_at_ms: int
+
+    def encode(self) -> bytes:
+        return dumps({"compactor_id": self.compactor_id, "claimed_at_ms": self.claimed_at_ms})
+
+    @classmethod
+    def decode(cls, raw: bytes) -> CompactorClaim:
+        doc = loads(raw, "meta/compactor-claim")
+        try:
+            return cls(str(doc["compactor_id"]), int(doc["claimed_at_ms"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CorruptBatch(f"unreadable compactor claim: {exc!r}") from exc

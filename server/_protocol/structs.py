@@ -1,0 +1,105 @@
+"""Values that cross the public API: append groups, append results, read records."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from .._errors import InvalidRequest, LlogError
+from .keys import TopicPartition, validate_partition, validate_topic
+
+__all__ = ["SharedAppendGroup", "AppendResult", "ReadRecord", "normalize_payloads"]
+
+
+def normalize_payloads(payloads: object, topic: str, partition: int) -> tuple[bytes, ...]:
+    """Payloads as a tuple of bytes; str is UTF-8 encoded. Raises InvalidRequest
+    for an empty list or an element that is not bytes-like or str."""
+    if isinstance(payloads, (bytes, bytearray, memoryview, str)) or not isinstance(payloads, Sequence):
+        raise InvalidRequest(
+            "payloads must be a list of bytes or str records", topic=topic, partition=partition
+        )
+    if len(payloads) == 0:
+        raise InvalidRequest("payloads must not be empty", topic=topic, partition=partition)
+    out = []
+    for i, p in enumerate(payloads):
+        if isinstance(p, bytes):
+            out.append(p)
+        elif isinstance(p, (bytearray, memoryview)):
+            out.append(bytes(p))
+        elif isinstance(p, str):
+            out.append(p.encode("utf-8"))
+        else:
+            raise InvalidRequest(
+                f"payloads[{i}] must be bytes or str, got {type(p).__name__}",
+                topic=topic,
+                partition=partition,
+            )
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class SharedAppendGroup:
+    """Records to append to one topic-partition as one batch.
+
+    Validated on construction: a bad topic, partition or payload list raises
+    InvalidRequest before anything is written.
+    """
+
+    topic: str
+    partition: int
+    payloads: Sequence[bytes] = field(default=())
+
+    def __post_init__(self) -> None:
+        validate_topic(self.topic)
+        validate_partition(self.partition, self.topic)
+        object.__setattr__(self, "payloads", normalize_payloads(self.payloads, self.topic, self.partition))
+
+    @property
+    def tp(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
+
+    @property
+    def payload_bytes(self) -> int:
+        return sum(len(p) for p in self.payloads)
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    """Outcome of one group of an ``append_shared`` call.
+
+    On success ``error`` is None and the offsets, index key and WAL URI are
+    set; on failure ``error`` holds the typed error and the rest is None.
+    """
+
+    topic: str
+    partition: int
+    count: int
+    start_offset: int | None = None
+    """First offset assigned (inclusive)."""
+    end_offset: int | None = None
+    """Last offset assigned (inclusive)."""
+    index_key: str | None = None
+    wal_uri: str | None = None
+    """``s3://bucket/key`` of the shared WAL blob holding the batch."""
+    byte_offset: int | None = None
+    byte_length: int | None = None
+    error: LlogError | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def raise_for_error(self) -> AppendResult:
+        if self.error is not None:
+            raise self.error
+        return self
+
+
+@dataclass(frozen=True)
+class ReadRecord:
+    """One record read back from the log."""
+
+    topic: str
+    partition: int
+    offset: int
+    payload: bytes

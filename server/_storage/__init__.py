@@ -1,0 +1,8 @@
+"""Storage: the two seams to the outside world and their lifecycle.
+
+``metastore`` (metadata-store Protocol, Oxia adapter, in-memory fake),
+``objectstore`` (object-store Protocol, S3 adapter, in-memory fake),
+``s3_get`` (lean SigV4 GET), ``oxia_compat`` (fixes for the oxia client),
+``stores`` (opening and closing both). Imports ``server._protocol`` and the
+foundations, nothing above.
+"""

@@ -1,0 +1,330 @@
+"""The metadata store seam: a small Protocol, the Oxia adapter, an in-memory fake.
+
+The adapter is the only module that touches the ``oxia`` client. It maps
+Oxia outcomes onto ours at the boundary:
+
+- ``KeyNotFound`` on a get           -> ``None``
+- ``UnexpectedVersionId`` on a write  -> :class:`VersionConflict`
+- anything else (grpc, session, ...)  -> :class:`MetadataStoreError` (retriable)
+
+Versions are Oxia ``version_id`` integers; ``EXPECT_ABSENT`` (-1) asks for
+create-if-absent. Every call is counted and timed through ``LlogMetrics``.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from dataclasses import dataclass
+from typing import Iterator, Protocol
+
+from .._config import OxiaConfig
+from .._errors import LlogError, MetadataStoreError, VersionConflict
+from ..leaderless_log_metrics import LlogMetrics
+
+__all__ = [
+    "EXPECT_ABSENT",
+    "Record",
+    "MetadataStore",
+    "OxiaMetadataStore",
+    "InMemoryMetadataStore",
+    "compare_keys",
+]
+
+EXPECT_ABSENT = -1
+
+
+@dataclass(frozen=True)
+class Record:
+    key: str
+    value: bytes
+    version: int
+
+
+class MetadataStore(Protocol):
+    def get(self, key: str, partition_key: str) -> Record | None: ...
+
+    def ceiling(self, key: str, partition_key: str) -> Record | None:
+        """The first record at or after ``key`` on the partition's shard: may
+        belong to another partition or be an internal key; callers check."""
+        ...
+
+    def put(
+        self,
+        key: str,
+        value: bytes,
+        partition_key: str,
+        expected_version: int | None = None,
+        ephemeral: bool = False,
+    ) -> int: ...
+
+    def delete(self, key: str, partition_key: str, expected_version: int | None = None) -> bool: ...
+
+    def delete_range(self, min_key: str, max_key: str, partition_key: str) -> None: ...
+
+    def range_scan(self, min_key: str, max_key: str, partition_key: str | None) -> Iterator[Record]: ...
+
+    def list_keys(self, min_key: str, max_key: str, partition_key: str | None = None) -> list[str]: ...
+
+    def close(self) -> None: ...
+
+
+def compare_keys(a: str, b: str) -> int:
+    """Oxia's hierarchical order: segment by segment on '/', and at any level a
+    key with no further '/' sorts before one that has more segments."""
+    while a and b:
+        ia, ib = a.find("/"), b.find("/")
+        if ia < 0 and ib < 0:
+            return (a > b) - (a < b)
+        if ia < 0:
+            return -1
+        if ib < 0:
+            return 1
+        sa, sb = a[:ia], b[:ib]
+        if sa != sb:
+            return (sa > sb) - (sa < sb)
+        a, b = a[ia + 1:], b[ib + 1:]
+    return (len(a) > len(b)) - (len(a) < len(b))
+
+
+_sort_key = functools.cmp_to_key(compare_keys)
+
+
+class OxiaMetadataStore:
+    """MetadataStore over the real Oxia service (``oxia`` client 0.2.1)."""
+
+    def __init__(self, config: OxiaConfig, metrics: LlogMetrics | None = None) -> None:
+        import oxia  # imported here so unit tests with the fake need no grpc
+
+        from . import oxia_compat
+
+        oxia_compat.apply()
+        self._oxia = oxia
+        self._metrics = metrics or LlogMetrics()
+        self._config = config
+        try:
+            self._client = oxia.Client(
+                config.service_address,
+                namespace=config.namespace,
+                session_timeout_ms=config.session_timeout_ms,
+                client_identifier=config.client_identifier,
+            )
+        except Exception as exc:  # grpc raises many types while connecting
+            raise MetadataStoreError(
+                f"cannot connect to Oxia at {config.service_address}: {exc}. "
+                "Is the server running? (LLOG_OXIA_SERVICE_ADDRESS)"
+            ) from exc
+        self._closed = False
+        self._close_lock = threading.Lock()
+
+    def _fail(self, op: str, key: str, exc: BaseException) -> LlogError:
+        if isinstance(exc, self._oxia.ex.UnexpectedVersionId):
+            return VersionConflict(f"Oxia {op} of {key!r}: version changed")
+        return MetadataStoreError(
+            f"Oxia {op} of {key!r} failed against {self._config.service_address}: "
+            f"{type(exc).__name__}: {exc}"
+        )
+
+    def get(self, key: str, partition_key: str) -> Record | None:
+        try:
+            with self._metrics.oxia_op("get"):
+                try:
+                    k, value, version = self._client.get(key, partition_key=partition_key)
+                except self._oxia.ex.KeyNotFound:  # an answer, not an error
+                    return None
+        except Exception as exc:
+            raise self._fail("get", key, exc) from exc
+        return Record(k, value, version.version_id())
+
+    def ceiling(self, key: str, partition_key: str) -> Record | None:
+        try:
+            with self._metrics.oxia_op("get_ceiling"):
+                try:
+                    k, value, version = self._client.get(
+                        key,
+                        partition_key=partition_key,
+                        comparison_type=self._oxia.ComparisonType.CEILING,
+                    )
+                except self._oxia.ex.KeyNotFound:  # an answer, not an error
+                    return None
+        except Exception as exc:
+            raise self._fail("ceiling get", key, exc) from exc
+        return Record(k, value, version.version_id())
+
+    def put(
+        self,
+        key: str,
+        value: bytes,
+        partition_key: str,
+        expected_version: int | None = None,
+        ephemeral: bool = False,
+    ) -> int:
+        op = "put_ephemeral" if ephemeral else ("put" if expected_version is None else "put_cas")
+        try:
+            with self._metrics.oxia_op(op):
+                _, version = self._client.put(
+                    key,
+                    value,
+                    partition_key=partition_key,
+                    expected_version_id=expected_version,
+                    ephemeral=ephemeral,
+                )
+        except Exception as exc:
+            raise self._fail("put", key, exc) from exc
+        return version.version_id()
+
+    def delete(self, key: str, partition_key: str, expected_version: int | None = None) -> bool:
+        try:
+            with self._metrics.oxia_op("delete"):
+                return self._client.delete(
+                    key, partition_key=partition_key, expected_version_id=expected_version
+                )
+        except Exception as exc:
+            raise self._fail("delete", key, exc) from exc
+
+    def delete_range(self, min_key: str, max_key: str, partition_key: str) -> None:
+        try:
+            with self._metrics.oxia_op("delete_range"):
+                self._client.delete_range(min_key, max_key, partition_key=partition_key)
+        except Exception as exc:
+            raise self._fail("delete_range", min_key, exc) from exc
+
+    def range_scan(self, min_key: str, max_key: str, partition_key: str | None) -> Iterator[Record]:
+        # Counted, not timed: the stream's duration is the consumer's pace.
+        self._metrics.inc("oxia_operations_total", op="range_scan", outcome="ok")
+        try:
+            rows = self._client.range_scan(min_key, max_key, partition_key=partition_key)
+            for k, value, version in rows:
+                yield Record(k, value, version.version_id())
+        except Exception as exc:
+            raise self._fail("range_scan", min_key, exc) from exc
+
+    def list_keys(self, min_key: str, max_key: str, partition_key: str | None = None) -> list[str]:
+        try:
+            with self._metrics.oxia_op("list"):
+                return list(self._client.list(min_key, max_key, partition_key=partition_key))
+        except Exception as exc:
+            raise self._fail("list", min_key, exc) from exc
+
+    def close(self) -> None:
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
+        try:
+            self._client.close()
+        except Exception:  # closing a broken channel must not mask the caller's error
+            pass
+
+
+class InMemoryMetadataStore:
+    """A single-shard fake with Oxia's ordering and CAS rules, for unit tests.
+
+    ``fail_next(op, key_contains=...)`` injects a MetadataStoreError into the
+    next call of a named operation (``"put"``, ``"get"`` ...), optionally only
+    for keys containing a substring, to simulate a crash between two steps.
+    ``lose_reply_next(op, ...)`` applies the next such call and then raises,
+    as a write whose reply the network lost.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._data: dict[str, tuple[bytes, int]] = {}
+        self._next_version = 0
+        self.calls: dict[str, int] = {}
+        self._fail: list[list] = []
+
+    def fail_next(self, op: str, times: int = 1, key_contains: str = "") -> None:
+        self._fail.append([op, key_contains, times, False])
+
+    def lose_reply_next(self, op: str, times: int = 1, key_contains: str = "") -> None:
+        self._fail.append([op, key_contains, times, True])
+
+    def _enter(self, op: str, key: str = "") -> bool:
+        """Count the call; raise an injected failure, or return True when the
+        call must be applied and its reply then lost."""
+        self.calls[op] = self.calls.get(op, 0) + 1
+        for rule in self._fail:
+            if rule[0] == op and rule[1] in key and rule[2] > 0:
+                rule[2] -= 1
+                if rule[3]:
+                    return True
+                raise MetadataStoreError(f"injected failure in {op} of {key!r}")
+        return False
+
+    @staticmethod
+    def _reply_lost(op: str, key: str) -> MetadataStoreError:
+        return MetadataStoreError(f"injected lost reply of {op} of {key!r} (it was applied)")
+
+    def get(self, key: str, partition_key: str) -> Record | None:
+        with self._lock:
+            self._enter("get", key)
+            hit = self._data.get(key)
+            return None if hit is None else Record(key, hit[0], hit[1])
+
+    def ceiling(self, key: str, partition_key: str) -> Record | None:
+        with self._lock:
+            self._enter("ceiling", key)
+            keys = sorted((k for k in self._data if compare_keys(k, key) >= 0), key=_sort_key)
+            if not keys:
+                return None
+            v, ver = self._data[keys[0]]
+            return Record(keys[0], v, ver)
+
+    def put(
+        self,
+        key: str,
+        value: bytes,
+        partition_key: str,
+        expected_version: int | None = None,
+        ephemeral: bool = False,
+    ) -> int:
+        with self._lock:
+            lose_reply = self._enter("put", key)
+            current = self._data.get(key)
+            if expected_version is not None:
+                if expected_version == EXPECT_ABSENT and current is not None:
+                    raise VersionConflict(f"{key!r} exists")
+                if expected_version != EXPECT_ABSENT and (current is None or current[1] != expected_version):
+                    raise VersionConflict(f"{key!r} version changed")
+            version = self._next_version
+            self._next_version += 1
+            self._data[key] = (bytes(value), version)
+            if lose_reply:
+                raise self._reply_lost("put", key)
+            return version
+
+    def delete(self, key: str, partition_key: str, expected_version: int | None = None) -> bool:
+        with self._lock:
+            lose_reply = self._enter("delete", key)
+            current = self._data.get(key)
+            if current is None:
+                return False
+            if expected_version is not None and current[1] != expected_version:
+                raise VersionConflict(f"{key!r} version changed")
+            del self._data[key]
+            if lose_reply:
+                raise self._reply_lost("delete", key)
+            return True
+
+    def delete_range(self, min_key: str, max_key: str, partition_key: str) -> None:
+        with self._lock:
+            self._enter("delete_range", min_key)
+            for k in [k for k in self._data if compare_keys(min_key, k) <= 0 < compare_keys(max_key, k)]:
+                del self._data[k]
+
+    def range_scan(self, min_key: str, max_key: str, partition_key: str | None) -> Iterator[Record]:
+        with self._lock:
+            self._enter("range_scan", min_key)
+            keys = sorted(
+                (k for k in self._data if compare_keys(min_key, k) <= 0 < compare_keys(max_key, k)),
+                key=_sort_key,
+            )
+            rows = [Record(k, *self._data[k]) for k in keys]
+        return iter(rows)
+
+    def list_keys(self, min_key: str, max_key: str, partition_key: str | None = None) -> list[str]:
+        return [r.key for r in self.range_scan(min_key, max_key, partition_key)]
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,186 @@
+"""A lean S3 ``GetObject``: Signature Version 4 over keep-alive ``http.client``
+connections, for the read hot path.
+
+Why it exists: boto3 spends about 1.3 ms of CPU on every request (event
+hooks, endpoint rules, user agent, response parsing) — more than receiving
+a 1 MiB body. Every reader (broker catch-up, compactor, the Spark source)
+issues one range GET per stored batch, so that overhead is paid thousands of
+times per gigabyte. Measured against local MinIO on the 2-core box: 0.27 ms
+of CPU per small GET here against 1.3 ms through boto3, and 1.1 ms against
+2.5 ms for a 2 MiB range GET.
+
+Scope, deliberately small: GET of a whole object or a byte range, path-style
+URLs (``{endpoint}/{bucket}/{key}``) on an explicit endpoint, static
+credentials (access key, secret, optional session token). Everything else —
+PUT, LIST, DELETE, and GETs for AWS's default endpoint or credentials from
+the default chain — stays on boto3 (:mod:`server._storage.objectstore` decides).
+
+Signing follows SigV4 with ``x-amz-content-sha256: UNSIGNED-PAYLOAD`` (a GET
+has no body); the canonical URI is the key percent-encoded once, ``/`` kept,
+exactly as boto3 sends it for path-style S3. Transient failures (connection
+reset, timeouts, HTTP 500/502/503/504) are retried up to ``attempts`` times
+with jittered backoff on a fresh connection, like boto3's "standard" mode.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import hmac
+import http.client
+import re
+import ssl
+import threading
+import urllib.parse
+from dataclasses import dataclass
+
+from .._retry import Backoff
+
+__all__ = ["S3GetError", "S3Getter", "SigV4Signer"]
+
+_UNSIGNED = "UNSIGNED-PAYLOAD"
+_RETRY_STATUS = {500, 502, 503, 504}
+_CODE = re.compile(rb"<Code>([^<]{1,64})</Code>")
+_MESSAGE = re.compile(rb"<Message>([^<]{0,300})</Message>")
+
+
+class S3GetError(Exception):
+    """A GET the server refused (``status`` and S3 error ``code``), or that
+    could not be completed (``status`` 0: connection-level, after retries)."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(f"{code or status}: {message}")
+        self.status = status
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True)
+class SigV4Signer:
+    """Signs S3 requests (AWS Signature Version 4, service ``s3``)."""
+
+    access_key_id: str
+    secret_access_key: str
+    region: str
+    session_token: str | None = None
+
+    def __repr__(self) -> str:  # never print the secret
+        return f"SigV4Signer(access_key_id={self.access_key_id!r}, region={self.region!r})"
+
+    def signed_headers(self, method: str, host: str, path: str, headers: dict[str, str],
+                       now: datetime.datetime | None = None, payload_hash: str = _UNSIGNED) -> dict[str, str]:
+        """``headers`` plus ``host``, ``x-amz-*`` and ``authorization`` for a
+        request without a body to ``path`` (already percent-encoded, no query).
+        ``payload_hash`` is ``UNSIGNED-PAYLOAD`` unless a test pins AWS's examples."""
+        now = now or datetime.datetime.now(datetime.timezone.utc)
+        amz_date = now.strftime("%Y%m%dT%H%M%SZ")
+        date = amz_date[:8]
+        out = {k.lower(): v for k, v in headers.items()}
+        out.update({"host": host, "x-amz-content-sha256": payload_hash, "x-amz-date": amz_date})
+        if self.session_token:
+            out["x-amz-security-token"] = self.session_token
+        names = sorted(out)
+        canonical = "\n".join([
+            method, path, "", "".join(f"{n}:{out[n].strip()}\n" for n in names), ";".join(names), payload_hash,
+        ])
+        scope = f"{date}/{self.region}/s3/aws4_request"
+        to_sign = "\n".join(["AWS4-HMAC-SHA256", amz_date, scope, hashlib.sha256(canonical.encode()).hexdigest()])
+        signature = hmac.new(self._key(date), to_sign.encode(), hashlib.sha256).hexdigest()
+        out["authorization"] = (
+            f"AWS4-HMAC-SHA256 Credential={self.access_key_id}/{scope}, "
+            f"SignedHeaders={';'.join(names)}, Signature={signature}"
+        )
+        return out
+
+    def _key(self, date: str) -> bytes:
+        key = ("AWS4" + self.secret_access_key).encode()
+        for part in (date, self.region, "s3", "aws4_request"):
+            key = hmac.new(key, part.encode(), hashlib.sha256).digest()
+        return key
+
+
+class S3Getter:
+    """GETs objects from one endpoint; thread-safe (one connection per thread)."""
+
+    def __init__(self, endpoint_url: str, signer: SigV4Signer, *, timeout_s: float = 60.0,
+                 attempts: int = 4) -> None:
+        url = urllib.parse.urlsplit(endpoint_url)
+        if url.scheme not in ("http", "https") or not url.hostname:
+            raise ValueError(f"not an http(s) endpoint: {endpoint_url!r}")
+        self._https = url.scheme == "https"
+        self._host = url.hostname
+        self._port = url.port
+        self._netloc = url.netloc
+        self._base = url.path.rstrip("/")
+        self._signer = signer
+        self._timeout = timeout_s
+        self._attempts = max(1, attempts)
+        self._ssl = ssl.create_default_context() if self._https else None
+        self._local = threading.local()
+        self._all: list[http.client.HTTPConnection] = []
+        self._lock = threading.Lock()
+
+    def _conn(self) -> http.client.HTTPConnection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            if self._https:
+                conn = http.client.HTTPSConnection(self._host, self._port, timeout=self._timeout, context=self._ssl)
+            else:
+                conn = http.client.HTTPConnection(self._host, self._port, timeout=self._timeout)
+            self._local.conn = conn
+            with self._lock:
+                self._all.append(conn)
+        return conn
+
+    def _drop(self) -> None:
+        conn = getattr(self._local, "conn", None)
+        self._local.conn = None
+        if conn is not None:
+            conn.close()
+
+    def get(self, bucket: str, key: str, byte_range: tuple[int, int] | None = None) -> bytes:
+        """The object, or ``length`` bytes from ``start`` when ``byte_range`` is ``(start, length)``."""
+        path = f"{self._base}/{urllib.parse.quote(bucket, safe='')}/{urllib.parse.quote(key, safe='/~')}"
+        extra = {}
+        if byte_range is not None:
+            start, length = byte_range
+            extra["range"] = f"bytes={start}-{start + length - 1}"
+        last: S3GetError | None = None
+        backoff = Backoff(initial_ms=50.0, max_ms=2_000.0)
+        for attempt in range(self._attempts):
+            if attempt:
+                backoff = backoff.next()
+                backoff.sleep()
+            try:
+                conn = self._conn()
+                conn.request("GET", path, headers=self._signer.signed_headers("GET", self._netloc, path, extra))
+                resp = conn.getresponse()
+                body = resp.read()
+            except (OSError, http.client.HTTPException) as exc:  # reset, refused, timeout, bad status line
+                self._drop()
+                last = S3GetError(0, type(exc).__name__, str(exc) or "connection failed")
+                continue
+            if resp.status in (200, 206):
+                if byte_range is not None and resp.status == 200:  # a server that ignores Range
+                    body = body[byte_range[0]:byte_range[0] + byte_range[1]]
+                return body
+            code = _CODE.search(body)
+            message = _MESSAGE.search(body)
+            last = S3GetError(resp.status, code.group(1).decode("utf-8", "replace") if code else str(resp.status),
+                              message.group(1).decode("utf-8", "replace") if message else resp.reason)
+            if resp.will_close:
+                self._drop()
+            if resp.status not in _RETRY_STATUS:
+                raise last
+        assert last is not None
+        raise last
+
+    def close(self) -> None:
+        with self._lock:
+            conns, self._all = self._all, []
+        for c in conns:
+            try:
+                c.close()
+            except OSError:
+                pass
+
