@@ -7,6 +7,8 @@ through ``retriable`` whether trying the same call again can help::
     LlogError
     ├── ConfigError                    bad or missing configuration (not retriable)
     ├── InvalidRequest                 bad caller input: topic, partition, payloads (not retriable)
+    │   └── InvalidField               (_broker/codec.py) an HTTP request field is wrong: 400, names the field
+    │       └── TooLarge               (_broker/codec.py) over a size limit of the broker: 413
     ├── PartitionNotInitialized        the partition has no meta/control record
     ├── OffsetOutOfRange               offset below the log start or at/after the high watermark
     ├── PartitionFenced                the partition's log_state is FENCED; appends are refused
@@ -19,10 +21,21 @@ through ``retriable`` whether trying the same call again can help::
     ├── InconsistentReadState          the index has a gap or overlaps (a bug or corruption)
     ├── CorruptBatch                   checksum, magic, length or count mismatch in stored bytes
     ├── CompactionConflict             another compactor changed the partition under us (retriable)
-    └── StorageError                   a metadata or object store call failed
-        ├── MetadataStoreError         Oxia: unavailable, timeout, unexpected status (retriable)
-        └── ObjectStoreError           S3: unavailable, timeout, access denied ...
-            └── ObjectNotFound         the object (or bucket) does not exist
+    ├── StorageError                   a metadata or object store call failed
+    │   ├── MetadataStoreError         Oxia: unavailable, timeout, unexpected status (retriable)
+    │   └── ObjectStoreError           S3: unavailable, timeout, access denied ...
+    │       ├── ObjectNotFound         the object (or bucket) does not exist
+    │       └── S3GetError             (_storage/s3_get.py) the lean GET's failure, translated by the
+    │                                  S3 adapter before it leaves the storage layer
+    └── ProduceError                   (spark/_produce_errors.py) the Spark produce client's errors
+        ├── ProduceFailed              a batch could not be acknowledged (non-retriable answer or
+        │   │                          retry budget spent); names broker, topic-partition, last error
+        │   └── BrokerUnreachable      the last attempt could not connect to any broker
+        ├── ProduceJobFailed           (spark/produce_job.py) a task of the produce job failed
+        └── _ConnectFailed             (spark/_produce_client.py, private) no HTTP answer from a broker
+
+No other exception class exists in the package: everything raised on
+purpose is one of these (private control-flow signals included).
 
 No Oxia, grpc or botocore exception crosses the storage boundary: the adapters
 in ``_storage/metastore.py`` and ``_storage/objectstore.py`` translate them

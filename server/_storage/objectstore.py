@@ -92,7 +92,7 @@ class S3ObjectStore:
             code = str(exc.response.get("Error", {}).get("Code", ""))
             return self._refused(op, bucket, key, code, str(exc))
         if isinstance(exc, S3GetError) and exc.status:
-            return self._refused(op, bucket, key, exc.code, exc.message)
+            return self._refused(op, bucket, key, exc.code, exc.reason)
         return self._unreachable(op, bucket, key, exc)
 
     def _refused(self, op: str, bucket: str, key: str, code: str, detail: str) -> ObjectStoreError:

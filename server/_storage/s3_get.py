@@ -34,6 +34,7 @@ import threading
 import urllib.parse
 from dataclasses import dataclass
 
+from .._errors import ObjectStoreError
 from .._retry import Backoff
 
 __all__ = ["S3GetError", "S3Getter", "SigV4Signer"]
@@ -44,15 +45,17 @@ _CODE = re.compile(rb"<Code>([^<]{1,64})</Code>")
 _MESSAGE = re.compile(rb"<Message>([^<]{0,300})</Message>")
 
 
-class S3GetError(Exception):
+class S3GetError(ObjectStoreError):
     """A GET the server refused (``status`` and S3 error ``code``), or that
-    could not be completed (``status`` 0: connection-level, after retries)."""
+    could not be completed (``status`` 0: connection-level, after retries).
+    The S3 adapter translates it into ObjectNotFound or ObjectStoreError with
+    the bucket and key; it never leaves the storage layer."""
 
     def __init__(self, status: int, code: str, message: str) -> None:
         super().__init__(f"{code or status}: {message}")
         self.status = status
         self.code = code
-        self.message = message
+        self.reason = message
 
 
 @dataclass(frozen=True)

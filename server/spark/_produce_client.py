@@ -14,7 +14,7 @@ from typing import Any, NamedTuple, Sequence
 from .._retry import Backoff
 from ._broker_selection import BrokerUrl, rendezvous_order
 from ._produce_batches import Batch, BatchAck, ProducerConfig, ProduceStats, encode_request
-from ._produce_errors import BrokerUnreachable, ProduceFailed
+from ._produce_errors import BrokerUnreachable, ProduceError, ProduceFailed
 
 __all__ = ["ProduceClient"]
 
@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 # -- the client ------------------------------------------------------------------------------
 
 
-class _ConnectFailed(Exception):
+class _ConnectFailed(ProduceError):
     """No HTTP answer from a broker (refused, reset, timed out). ``sent``:
     the request may have reached the broker (anything but a refused
     connection), so its outcome is unknown."""
