@@ -430,11 +430,12 @@ def main(argv: list[str] | None = None) -> int:
         print(section)
         for k, v in values.items():
             print(f"  {k:34s} {v}")
-    print("\ntargets")
-    print(f"  produce >= 25 MB/s                 {figures['produce_saturated']['mb_per_s']} MB/s")
-    print(f"  paced p99 <= {delay + 250} ms                {figures['produce_paced']['latency_p99_ms']} ms")
+    print(f"\nsummary (a produce waits up to the {delay} ms batch delay, then one flush)")
+    print(f"  produce at saturation              {figures['produce_saturated']['mb_per_s']} MB/s")
+    print(f"  paced p99                          {figures['produce_paced']['latency_p99_ms']} ms "
+          f"({figures['produce_paced']['latency_p99_ms'] - delay:.0f} ms over the batch delay)")
     e2e = figures["end_to_end"]
-    print(f"  hot-tail e2e p99 <= {delay + 100} ms         {e2e['ack_to_consumer_p99_ms']} ms from the produce ack, "
+    print(f"  hot-tail end-to-end p99            {e2e['ack_to_consumer_p99_ms']} ms from the produce ack, "
           f"{e2e['send_to_consumer_p99_ms']} ms from the produce send")
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))

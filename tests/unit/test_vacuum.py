@@ -106,7 +106,7 @@ def two_partition_blob(stores) -> str:
     return blob
 
 
-# -- the three cases ---------------------------------------------------------
+# -- objects of failed appends, aborted compactions and shared blobs ----------------------
 
 
 def test_blob_deleted_once_every_partition_in_it_is_compacted(stores):
