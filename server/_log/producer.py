@@ -30,7 +30,7 @@ from typing import Mapping, Sequence
 from .._config import BatchConfig
 from .._errors import BackPressureRejected, InvalidRequest, LlogError, OutcomeUnknown, ProducerClosed
 from .._protocol.keys import TopicPartition
-from .._protocol.structs import AppendResult, SharedAppendGroup
+from .._protocol.structs import AppendResult, SharedAppendGroup, validate_groups
 from ..leaderless_log_metrics import LlogMetrics
 from .writer import LeaderlessLogWriter
 
@@ -99,12 +99,7 @@ class BatchingProducer:
     def submit(self, groups: Sequence[SharedAppendGroup]) -> Future:
         """Queue groups for the next flush; the Future resolves to one
         AppendResult per group, in order (failures carry ``error``)."""
-        groups = list(groups)
-        if not groups:
-            raise InvalidRequest("submit needs at least one group")
-        for g in groups:
-            if not isinstance(g, SharedAppendGroup):
-                raise InvalidRequest(f"groups must be SharedAppendGroup, got {type(g).__name__}")
+        groups = validate_groups(groups, "submit")
         nbytes = sum(g.payload_bytes for g in groups)
         if nbytes > self.config.max_buffer_bytes:
             raise InvalidRequest(

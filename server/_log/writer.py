@@ -61,7 +61,7 @@ from .._protocol.records import (
     IndexEntry,
     PendingAppend,
 )
-from .._protocol.structs import AppendResult, SharedAppendGroup
+from .._protocol.structs import AppendResult, SharedAppendGroup, validate_groups
 from .._retry import Backoff
 from .._storage.metastore import EXPECT_ABSENT, MetadataStore
 from .._storage.objectstore import ObjectStore
@@ -228,12 +228,7 @@ class LeaderlessLogWriter(StoreClient):
         each failed group's AppendResult carries its typed error."""
         if self._closed:
             raise InvalidRequest("writer is closed")
-        groups = list(groups)
-        if not groups:
-            raise InvalidRequest("append_shared needs at least one group")
-        for g in groups:
-            if not isinstance(g, SharedAppendGroup):
-                raise InvalidRequest(f"groups must be SharedAppendGroup, got {type(g).__name__}")
+        groups = validate_groups(groups, "append_shared")
 
         created_at_ms = _now_ms()
         bodies = [(g.topic, g.partition, len(g.payloads), encode_batch(g.payloads)) for g in groups]

@@ -8,7 +8,7 @@ from typing import Sequence
 from .._errors import InvalidRequest, LlogError
 from .keys import TopicPartition, validate_partition, validate_topic
 
-__all__ = ["SharedAppendGroup", "AppendResult", "ReadRecord", "normalize_payloads"]
+__all__ = ["SharedAppendGroup", "AppendResult", "ReadRecord", "normalize_payloads", "validate_groups"]
 
 
 def normalize_payloads(payloads: object, topic: str, partition: int) -> tuple[bytes, ...]:
@@ -61,6 +61,19 @@ class SharedAppendGroup:
     @property
     def payload_bytes(self) -> int:
         return sum(len(p) for p in self.payloads)
+
+
+def validate_groups(groups: Sequence[SharedAppendGroup], what: str) -> list[SharedAppendGroup]:
+    """``groups`` as a list, checked for what every append entry point
+    requires: at least one group, each a :class:`SharedAppendGroup` (which
+    validated itself). Raises InvalidRequest naming ``what`` was called."""
+    groups = list(groups)
+    if not groups:
+        raise InvalidRequest(f"{what} needs at least one group")
+    for g in groups:
+        if not isinstance(g, SharedAppendGroup):
+            raise InvalidRequest(f"groups must be SharedAppendGroup, got {type(g).__name__}")
+    return groups
 
 
 @dataclass(frozen=True)
