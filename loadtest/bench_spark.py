@@ -106,9 +106,9 @@ def produce(spark: Any, path: Path, topic: str, brokers: list[Broker], partition
                           key_column="customer", progress_interval_s=5.0)
     s = run_produce_job(spark, str(path / "*.jsonl"), opts, progress=lambda line: print(line, flush=True))
     return {
-        "brokers": len(brokers), "rows": s.records_acked, "payload_mb": round(s.bytes_acked / 1e6, 1),
+        "brokers": len(brokers), "rows": s.stats.records_acked, "payload_mb": round(s.stats.bytes_acked / 1e6, 1),
         "seconds": round(s.duration_s, 2), "rows_per_s": round(s.rows_per_s), "mb_per_s": round(s.mb_per_s, 1),
-        "requests": s.requests, "retries": s.retries,
+        "requests": s.stats.requests, "retries": s.stats.retries,
     }
 
 

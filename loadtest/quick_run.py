@@ -142,10 +142,10 @@ def run(args: argparse.Namespace, r: Run) -> int:
         options = ProduceOptions(topic=TOPIC, brokers=(broker.url,), partitions=args.partitions, key_column=key_column,
                                  input_format="json")
         summary = run_produce_job(spark, str(source), options, progress=lambda line: r.say(line))
-        r.say(f"acknowledged {summary.records_acked:,} records, {summary.mb_per_s:.2f} MB/s, "
-              f"{summary.requests:,} requests, {summary.retries} retries")
-        if summary.records_acked != expected.count:
-            raise StepFailed(f"{expected.count} rows in, {summary.records_acked} records acknowledged")
+        r.say(f"acknowledged {summary.stats.records_acked:,} records, {summary.mb_per_s:.2f} MB/s, "
+              f"{summary.stats.requests:,} requests, {summary.stats.retries} retries")
+        if summary.stats.records_acked != expected.count:
+            raise StepFailed(f"{expected.count} rows in, {summary.stats.records_acked} records acknowledged")
 
         reader = stack.enter_context(LeaderlessLogReader.from_env(env))
         parts = range(args.partitions)
@@ -232,7 +232,7 @@ def report(r, settings, env, broker, compactor, expected, summary, data_dir, s3_
     print("llog quick run: report")
     print(f"  records           {expected.count:,} ({expected.nbytes / 1e6:.1f} MB of JSON)")
     print(f"  produce           {summary.mb_per_s:.2f} MB/s, {summary.rows_per_s:,.0f} rows/s "
-          f"({summary.requests:,} requests, {summary.retries} retries)")
+          f"({summary.stats.requests:,} requests, {summary.stats.retries} retries)")
     print(f"  end-to-end time   {elapsed:.1f} s (set-up excluded)")
     print(f"  S3 requests       {puts:,.0f} PUT, {gets:,.0f} GET (broker + compactor)")
     print(f"  Oxia operations   {oxia:,.0f} (broker + compactor)")

@@ -46,14 +46,8 @@ Per-partition order: a task never has two requests for the same partition in
 flight, and retries happen inside the request that owns the partition, so
 one task's records of a partition are appended in the order it read them.
 
-Errors (all :class:`~server._errors.LlogError`)::
-
-    LlogError
-    └── ProduceError               base of the produce client's errors
-        └── ProduceFailed          a batch could not be acknowledged: a non-retriable
-            │                      answer, or the retry budget is spent; names the
-            │                      broker, the topic-partition and the last error
-            └── BrokerUnreachable  the last attempt could not connect to any broker
+Errors: ``ProduceError`` and its subclasses (``ProduceFailed``,
+``BrokerUnreachable``), in the one tree of ``server/_errors.py``.
 """
 
 from __future__ import annotations

@@ -1,12 +1,5 @@
-"""Errors of the produce client (all :class:`~server._errors.LlogError`)::
-
-    LlogError
-    └── ProduceError               base of the produce client's errors
-        └── ProduceFailed          a batch could not be acknowledged: a non-retriable
-            │                      answer, or the retry budget is spent; names the
-            │                      broker, the topic-partition and the last error
-            └── BrokerUnreachable  the last attempt could not connect to any broker
-"""
+"""Errors of the produce client; their place in the one error tree is
+drawn in ``server/_errors.py``."""
 
 from __future__ import annotations
 

@@ -179,48 +179,36 @@ class PartitionRange(NamedTuple):
 
 @dataclass(frozen=True)
 class ProduceSummary:
-    """What a finished produce job did."""
+    """What a finished produce job did: its tasks' counters summed
+    (``stats``: records and bytes acknowledged, requests, retries, unknown
+    outcomes, acknowledged ranges per partition) and the job's own figures."""
 
     topic: str
     rows_read: int
-    records_acked: int
-    bytes_acked: int
-    """Payload bytes acknowledged."""
-    requests: int
-    """HTTP requests, retries included."""
-    retries: int
-    """Retry rounds (a re-send of one or more failed batches)."""
-    retried_batches: int
-    retried_records: int
-    """Records re-sent, after definite failures or unknown outcomes."""
-    unknown_batches: int
-    """Batches of unknown outcome, re-sent (at-least-once)."""
-    unknown_records: int
-    """Their records: an upper bound on duplicates when no Spark task failed."""
     duration_s: float
     tasks: int
-    partitions: dict[int, PartitionRange] = field(default_factory=dict)
+    stats: ProduceStats
+
+    @property
+    def partitions(self) -> dict[int, PartitionRange]:
+        """Offsets acknowledged to this job, per partition."""
+        return {p: PartitionRange(*r) for p, r in sorted(self.stats.ranges.items())}
 
     @property
     def mb_per_s(self) -> float:
-        return self.bytes_acked / 1e6 / self.duration_s if self.duration_s > 0 else 0.0
+        return self.stats.bytes_acked / 1e6 / self.duration_s if self.duration_s > 0 else 0.0
 
     @property
     def rows_per_s(self) -> float:
-        return self.records_acked / self.duration_s if self.duration_s > 0 else 0.0
+        return self.stats.records_acked / self.duration_s if self.duration_s > 0 else 0.0
 
     def to_json(self) -> dict[str, Any]:
+        counters = self.stats.to_json()
+        del counters["ranges"]
         return {
             "topic": self.topic,
             "rows_read": self.rows_read,
-            "records_acked": self.records_acked,
-            "bytes_acked": self.bytes_acked,
-            "requests": self.requests,
-            "retries": self.retries,
-            "retried_batches": self.retried_batches,
-            "retried_records": self.retried_records,
-            "unknown_batches": self.unknown_batches,
-            "unknown_records": self.unknown_records,
+            **counters,
             "duration_s": round(self.duration_s, 3),
             "mb_per_s": round(self.mb_per_s, 3),
             "rows_per_s": round(self.rows_per_s, 1),
@@ -228,25 +216,26 @@ class ProduceSummary:
             "delivery": "at-least-once",
             "partitions": {
                 str(p): {"first_offset": r.first_offset, "last_offset": r.last_offset, "records": r.records}
-                for p, r in sorted(self.partitions.items())
+                for p, r in self.partitions.items()
             },
         }
 
     def format(self) -> str:
+        st = self.stats
         lines = [
             f"produce job summary: topic {self.topic}",
             f"  rows read            {self.rows_read:,}",
-            f"  records acknowledged {self.records_acked:,} ({self.bytes_acked / 1e6:,.2f} MB payload)",
-            f"  requests             {self.requests:,} ({self.retries:,} retries, "
-            f"{self.retried_batches:,} retried batches, {self.retried_records:,} records re-sent)",
-            f"  unknown outcomes     {self.unknown_batches:,} batches, {self.unknown_records:,} records "
+            f"  records acknowledged {st.records_acked:,} ({st.bytes_acked / 1e6:,.2f} MB payload)",
+            f"  requests             {st.requests:,} ({st.retries:,} retries, "
+            f"{st.retried_batches:,} retried batches, {st.retried_records:,} records re-sent)",
+            f"  unknown outcomes     {st.unknown_batches:,} batches, {st.unknown_records:,} records "
             "(re-sent: at-least-once, these may appear twice)",
             f"  duration             {self.duration_s:.2f} s  "
             f"({self.rows_per_s:,.0f} rows/s, {self.mb_per_s:.2f} MB/s)",
             f"  tasks                {self.tasks}",
             "  acknowledged offsets per partition (inclusive):",
         ]
-        for p, r in sorted(self.partitions.items()):
+        for p, r in self.partitions.items():
             lines.append(f"    {p:>5}: {r.first_offset}..{r.last_offset} ({r.records:,} records)")
         return "\n".join(lines)
 
@@ -326,18 +315,14 @@ def run_produce_job(
     finally:
         monitor.close()
         shutil.rmtree(workdir, ignore_errors=True)
-    total = ProduceStats.from_json(totals["stats"])
     summary = ProduceSummary(
-        topic=options.topic, rows_read=totals["rows"], records_acked=total.records_acked,
-        bytes_acked=total.bytes_acked, requests=total.requests, retries=total.retries,
-        retried_batches=total.retried_batches, retried_records=total.retried_records,
-        unknown_batches=total.unknown_batches, unknown_records=total.unknown_records,
-        duration_s=duration, tasks=totals["tasks"],
-        partitions={p: PartitionRange(*r) for p, r in sorted(total.ranges.items())},
+        topic=options.topic, rows_read=totals["rows"], duration_s=duration, tasks=totals["tasks"],
+        stats=ProduceStats.from_json(totals["stats"]),
     )
-    if summary.records_acked != summary.rows_read:  # only a bug could do this; never report it as success
+    if summary.stats.records_acked != summary.rows_read:  # only a bug could do this; never report it as success
         raise ProduceJobFailed(
-            f"{summary.rows_read} rows read but {summary.records_acked} records acknowledged", topic=options.topic
+            f"{summary.rows_read} rows read but {summary.stats.records_acked} records acknowledged",
+            topic=options.topic,
         )
     return summary
 

@@ -89,7 +89,7 @@ def test_dataframe_with_binary_value_and_int_key(spark, broker_factory) -> None:
                                   value_column="payload", progress_interval_s=0.5),
         progress=lambda line: None,
     )
-    assert summary.rows_read == summary.records_acked == 500 and summary.tasks == 2
+    assert summary.rows_read == summary.stats.records_acked == 500 and summary.tasks == 2
     got = consume_partitions(broker.client, topic, range(3))
     assert Counter(v for recs in got.values() for _, v in recs) == Counter(v for _, v in data)
     expected = {k: partition_for_key(str(k), 3) for k in range(13)}  # int keys hash their string form
@@ -136,9 +136,9 @@ def test_back_pressure_503_is_retried_and_nothing_is_lost_or_duplicated(spark, b
                                   max_request_bytes=12288, max_retries=200, max_in_flight=4),
         progress=lambda line: None,
     )
-    assert summary.retries > 0 and summary.retried_batches > 0
+    assert summary.stats.retries > 0 and summary.stats.retried_batches > 0
     assert broker.client.counter("http_requests_total", path="/produce", status=503) > 0
-    assert summary.records_acked == 800
+    assert summary.stats.records_acked == 800
     got = consume_partitions(broker.client, topic, range(2))
     # 503 means nothing of the request was written, so retries cannot duplicate.
     assert Counter(v.decode() for recs in got.values() for _, v in recs) == Counter(values)
@@ -159,8 +159,8 @@ def test_a_broker_down_at_the_start_is_skipped(spark, broker_factory) -> None:
         spark, df, ProduceOptions(topic=topic, brokers=(dead, live.url), partitions=4, value_column="value"),
         progress=lambda line: None,
     )
-    assert summary.records_acked == 400
-    assert summary.retries >= 1  # each task's first request to the dead broker, then the fallback
+    assert summary.stats.records_acked == 400
+    assert summary.stats.retries >= 1  # each task's first request to the dead broker, then the fallback
     got = consume_partitions(live.client, topic, range(4))
     assert Counter(v.decode() for recs in got.values() for _, v in recs) == Counter(values)
 
