@@ -59,6 +59,7 @@ __all__ = [
     "CacheRun",
     "place_slice",
     "take_records",
+    "answer_without_records",
 ]
 
 HIT, TAIL, MISS = "hit", "tail", "miss"
@@ -74,6 +75,18 @@ class CacheLookup(NamedTuple):
     """The cache's high watermark for the partition (HIT and TAIL)."""
     records: list[tuple[int, bytes]] = []
     """``(offset, payload)`` from the asked offset on (HIT; may be empty when limits allow nothing)."""
+
+
+def answer_without_records(base: int, hw: int, offset: int) -> CacheLookup | None:
+    """The hit/tail/miss rule every cache applies to a partition holding the
+    contiguous run ``[base, hw]``: TAIL when ``offset`` is just past it (the
+    consumer is caught up, as far as this cache knows), MISS when it lies
+    outside it, None when the run holds ``offset`` and records follow."""
+    if offset == hw + 1:
+        return CacheLookup(TAIL, hw)
+    if offset < base or offset > hw:
+        return CacheLookup(MISS, hw)
+    return None
 
 
 def take_records(
@@ -370,10 +383,9 @@ class MemoryTailCache:
             run = self._runs.get(tp)
             if run is None:
                 return CacheLookup(MISS)
-            if offset == run.hw + 1:
-                return CacheLookup(TAIL, run.hw)
-            if offset < run.base or offset > run.hw:
-                return CacheLookup(MISS, run.hw)
+            answer = answer_without_records(run.base, run.hw, offset)
+            if answer is not None:
+                return answer
             i = bisect.bisect_right(run.starts(), offset) - 1
             segments = run.segments[i:]
             hw = run.hw

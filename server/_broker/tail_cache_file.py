@@ -48,10 +48,10 @@ from ..leaderless_log_metrics import LlogMetrics
 from .tail_cache import (
     HIT,
     MISS,
-    TAIL,
     CacheLookup,
     CacheRun,
     TailSignals,
+    answer_without_records,
     place_slice,
     take_records,
 )
@@ -294,10 +294,9 @@ class FileTailCache:
         state = self._read_state(pdir)
         if state is None:
             return CacheLookup(MISS)
-        if offset == state.hw + 1:
-            return CacheLookup(TAIL, state.hw)
-        if offset < state.base or offset > state.hw:
-            return CacheLookup(MISS, state.hw)
+        answer = answer_without_records(state.base, state.hw, offset)
+        if answer is not None:
+            return answer
         failed: list[bool] = []
 
         def items() -> Iterable[tuple[int, bytes]]:
