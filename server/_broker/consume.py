@@ -175,15 +175,7 @@ class BrokerConsumeService:
     def consume(self, request: ConsumeRequest) -> ConsumeResult:
         started = time.monotonic()
         deadline = started + request.max_wait_ms / 1000.0
-        fetches = [
-            _Fetch(p, TopicPartition(p.topic, p.partition), p.fetch_offset) for p in request.partitions
-        ]
-        for f in fetches:
-            if f.req.fetch_offset < LOG_START_OFFSET:
-                f.error = OffsetOutOfRange(
-                    f"fetch_offset {f.req.fetch_offset} is below the log start offset {LOG_START_OFFSET}",
-                    topic=f.tp.topic, partition=f.tp.partition, offset=f.req.fetch_offset,
-                )
+        fetches = self._fetches(request)
         live = [f for f in fetches if f.error is None]
         waiter = None
         if live and request.max_wait_ms > 0 and not self._closed.is_set():
@@ -222,6 +214,22 @@ class BrokerConsumeService:
                 self.signals.unregister(waiter)
         if waited_s:
             self.metrics.observe("consume_long_poll_wait_seconds", waited_s)
+        return self._result(fetches, started, waited_s)
+
+    @staticmethod
+    def _fetches(request: ConsumeRequest) -> list[_Fetch]:
+        """One fetch per requested partition; an offset below the log start is
+        its answer already (OFFSET_OUT_OF_RANGE)."""
+        fetches = [_Fetch(p, TopicPartition(p.topic, p.partition), p.fetch_offset) for p in request.partitions]
+        for f in fetches:
+            if f.req.fetch_offset < LOG_START_OFFSET:
+                f.error = OffsetOutOfRange(
+                    f"fetch_offset {f.req.fetch_offset} is below the log start offset {LOG_START_OFFSET}",
+                    topic=f.tp.topic, partition=f.tp.partition, offset=f.req.fetch_offset,
+                )
+        return fetches
+
+    def _result(self, fetches: Sequence[_Fetch], started: float, waited_s: float) -> ConsumeResult:
         parts = tuple(
             ConsumedPartition(
                 topic=f.tp.topic,

@@ -219,31 +219,11 @@ class LeaderlessLogCompactor(StoreClient):
         start, end = selected[0][1].start_offset, selected[-1][1].end_offset
         last_rec = selected[-1][0]
 
-        # K4: build and write the compacted object.
-        t = time.perf_counter()
-        items = [(keys, batch) for _, batch in selected]
-        try:
-            payload_lists = self._reader.fetch_many(items)
-        except ObjectNotFound:
-            if self._selection_overtaken(keys, start):
-                # Another compactor compacted this range while we stalled, and
-                # vacuum took the WAL objects it no longer needed.
-                return replace(base, outcome=CompactionOutcome.CONFLICT)
-            raise
-        payloads = [p for batch_payloads in payload_lists for p in batch_payloads]
-        if len(payloads) != end - start + 1:
-            raise InconsistentReadState(
-                f"selected entries hold {len(payloads)} records, expected {end - start + 1}",
-                topic=keys.tp.topic, partition=keys.tp.partition, offset=start,
-            )
+        built = self._build(keys, selected)
+        if built is None:
+            return replace(base, outcome=CompactionOutcome.CONFLICT)
+        data_key, created_at_ms, bytes_written = built
         bytes_read = sum(b.entry.byte_length or 0 for _, b in selected)
-        body = encode_batch(payloads)
-        created_at_ms = int(time.time() * 1000)
-        object_key = keys.compacted_object(str(uuid.uuid4()))
-        data_key = f"s3://{self.bucket}/{object_key}"
-        self._objects.put(self.bucket, object_key, body)
-        self._stage("build", t)
-        self._step("blob_written")
 
         # K5: record the intent, unless the object is already too old to reference.
         if int(time.time() * 1000) - created_at_ms > self.max_reference_age_ms:
@@ -288,8 +268,36 @@ class LeaderlessLogCompactor(StoreClient):
         outcome = self._drive(keys, record, version) if version is not None else CompactionOutcome.CONFLICT
         return replace(
             base, outcome=outcome, start_offset=start, end_offset=end, msg_count=end - start + 1,
-            data_key=data_key, source_entries=len(selected), bytes_read=bytes_read, bytes_written=len(body),
+            data_key=data_key, source_entries=len(selected), bytes_read=bytes_read, bytes_written=bytes_written,
         )
+
+    def _build(self, keys: PartitionKeys, selected: list[tuple[Record, ResolvedBatch]]) -> tuple[str, int, int] | None:
+        """K4: fetch the selected batches and PUT them as one compacted object.
+        Returns ``(data_key, created_at_ms, bytes written)``, or None when
+        another compaction took the range over meanwhile."""
+        t = time.perf_counter()
+        start, end = selected[0][1].start_offset, selected[-1][1].end_offset
+        try:
+            payload_lists = self._reader.fetch_many([(keys, batch) for _, batch in selected])
+        except ObjectNotFound:
+            if self._selection_overtaken(keys, start):
+                # Another compactor compacted this range while we stalled, and
+                # vacuum took the WAL objects it no longer needed.
+                return None
+            raise
+        payloads = [p for batch_payloads in payload_lists for p in batch_payloads]
+        if len(payloads) != end - start + 1:
+            raise InconsistentReadState(
+                f"selected entries hold {len(payloads)} records, expected {end - start + 1}",
+                topic=keys.tp.topic, partition=keys.tp.partition, offset=start,
+            )
+        body = encode_batch(payloads)
+        created_at_ms = int(time.time() * 1000)
+        object_key = keys.compacted_object(str(uuid.uuid4()))
+        self._objects.put(self.bucket, object_key, body)
+        self._stage("build", t)
+        self._step("blob_written")
+        return f"s3://{self.bucket}/{object_key}", created_at_ms, len(body)
 
     # -- K1 -------------------------------------------------------------------------
     def _recover_pending(self, keys: PartitionKeys) -> tuple[int, int, bool]:

@@ -243,6 +243,14 @@ class LeaderlessLogWriter(StoreClient):
         self.metrics.inc("writer_blobs_total")
         self.metrics.inc("writer_blob_bytes_total", len(blob))
 
+        templates = [
+            PendingAppend(
+                append_id=str(uuid.uuid4()), start_offset=0, end_offset=0, msg_count=len(g.payloads),
+                entry_type=ENTRY_WAL, data_key=wal_uri, encoding=BATCH_ENCODING,
+                byte_offset=part.body_offset, byte_length=part.body_length, created_at_ms=created_at_ms,
+            )
+            for g, part in zip(groups, parts)
+        ]
         # Groups of one partition commit in order on one worker; partitions in parallel.
         by_tp: dict[TopicPartition, list[int]] = defaultdict(list)
         for i, g in enumerate(groups):
@@ -250,38 +258,9 @@ class LeaderlessLogWriter(StoreClient):
         results: list[AppendResult | None] = [None] * len(groups)
 
         def commit_tp(tp: TopicPartition, idxs: list[int]) -> None:
-            keys = self.layout.keys(tp)
             with self._tp_locks[tp]:
                 for i in idxs:
-                    g, part = groups[i], parts[i]
-                    pending = PendingAppend(
-                        append_id=str(uuid.uuid4()),
-                        start_offset=0,
-                        end_offset=0,
-                        msg_count=len(g.payloads),
-                        entry_type=ENTRY_WAL,
-                        data_key=wal_uri,
-                        encoding=BATCH_ENCODING,
-                        byte_offset=part.body_offset,
-                        byte_length=part.body_length,
-                        created_at_ms=created_at_ms,
-                    )
-                    try:
-                        results[i] = self._commit(keys, pending)
-                        self.metrics.inc("writer_records_total", len(g.payloads))
-                        self.metrics.inc("writer_payload_bytes_total", g.payload_bytes)
-                    except LlogError as exc:
-                        self.metrics.inc("writer_commit_failures_total", error=type(exc).__name__)
-                        results[i] = AppendResult(g.topic, g.partition, len(g.payloads), error=exc)
-                    except Exception as exc:  # a bug must fail the group, not hang the caller
-                        # It may have struck after the reservation: say so honestly.
-                        log.exception("unexpected error committing %s", tp)
-                        results[i] = AppendResult(
-                            g.topic, g.partition, len(g.payloads),
-                            error=OutcomeUnknown(
-                                f"internal error while committing: {exc!r}", topic=tp.topic, partition=tp.partition
-                            ),
-                        )
+                    results[i] = self._commit_group(groups[i], templates[i])
 
         if len(by_tp) == 1:
             (tp, idxs), = by_tp.items()
@@ -290,6 +269,23 @@ class LeaderlessLogWriter(StoreClient):
             for f in [self._pool.submit(commit_tp, tp, idxs) for tp, idxs in by_tp.items()]:
                 f.result()
         return [r for r in results if r is not None]
+
+    def _commit_group(self, group: SharedAppendGroup, template: PendingAppend) -> AppendResult:
+        """One group's commit with its outcome as an AppendResult (never raises)."""
+        tp = group.tp
+        try:
+            result = self._commit(self.layout.keys(tp), template)
+        except LlogError as exc:
+            self.metrics.inc("writer_commit_failures_total", error=type(exc).__name__)
+            return AppendResult(group.topic, group.partition, len(group.payloads), error=exc)
+        except Exception as exc:  # a bug must fail the group, not hang the caller
+            # It may have struck after the reservation: say so honestly.
+            log.exception("unexpected error committing %s", tp)
+            error = OutcomeUnknown(f"internal error while committing: {exc!r}", topic=tp.topic, partition=tp.partition)
+            return AppendResult(group.topic, group.partition, len(group.payloads), error=error)
+        self.metrics.inc("writer_records_total", len(group.payloads))
+        self.metrics.inc("writer_payload_bytes_total", group.payload_bytes)
+        return result
 
     def _commit(self, keys: PartitionKeys, template: PendingAppend) -> AppendResult:
         """Reserve offsets for one group (C1-C3), then finish it (C4-C5).

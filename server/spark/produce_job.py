@@ -282,36 +282,11 @@ def run_produce_job(
     workdir = Path(tempfile.mkdtemp(prefix="llog-produce-"))
     summary_path = workdir / "totals.json"
     monitor = _ProgressMonitor(spark, group, options.progress_interval_s, emit)
-    writer = (
-        prepared.write.format("llog").mode("append")
-        .option("topic", options.topic)
-        .option("brokers", ",".join(options.brokers))
-        .option("partitions", str(options.partitions))
-        .option("maxRequestBytes", str(options.max_request_bytes))
-        .option("maxRequestRecords", str(options.max_request_records))
-        .option("maxRetries", str(options.max_retries))
-        .option("maxInFlight", str(options.max_in_flight))
-        .option("_progressAddress", f"{monitor.addr[0]}:{monitor.addr[1]}")
-        .option("_summaryPath", str(summary_path))
-    )
+    writer = _llog_writer(prepared, options, f"{monitor.addr[0]}:{monitor.addr[1]}", summary_path)
     try:
-        sc.setJobGroup(group, f"llog produce job -> {options.topic}")
-        try:
-            writer.save()
-        finally:
-            sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
-            sc.setLocalProperty("spark.job.description", None)  # type: ignore[arg-type]
+        _save_as_job(sc, group, writer, options, monitor)
         duration = time.monotonic() - started
         totals = json.loads(summary_path.read_text())
-    except Exception as exc:
-        if isinstance(exc, LlogError):
-            raise
-        records = monitor.totals()[0]
-        raise ProduceJobFailed(
-            f"the produce job failed: {_spark_error_line(str(exc))} (about {records:,} records were "
-            "acknowledged before the failure; delivery is at-least-once, so re-running may duplicate them)",
-            topic=options.topic,
-        ) from exc
     finally:
         monitor.close()
         shutil.rmtree(workdir, ignore_errors=True)
@@ -325,6 +300,44 @@ def run_produce_job(
             topic=options.topic,
         )
     return summary
+
+
+def _save_as_job(sc, group: str, writer, options: ProduceOptions, monitor: _ProgressMonitor) -> None:
+    """Run the write as one Spark job group; a failed task becomes
+    ProduceJobFailed naming its error."""
+    try:
+        sc.setJobGroup(group, f"llog produce job -> {options.topic}")
+        try:
+            writer.save()
+        finally:
+            sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+            sc.setLocalProperty("spark.job.description", None)  # type: ignore[arg-type]
+    except Exception as exc:
+        if isinstance(exc, LlogError):
+            raise
+        records = monitor.totals()[0]
+        raise ProduceJobFailed(
+            f"the produce job failed: {_spark_error_line(str(exc))} (about {records:,} records were "
+            "acknowledged before the failure; delivery is at-least-once, so re-running may duplicate them)",
+            topic=options.topic,
+        ) from exc
+
+
+def _llog_writer(prepared: DataFrame, options: ProduceOptions, progress_address: str, summary_path: Path):
+    """``prepared.write`` to the ``llog`` format with the job's options, plus
+    where tasks send progress datagrams and the writer leaves the totals."""
+    return (
+        prepared.write.format("llog").mode("append")
+        .option("topic", options.topic)
+        .option("brokers", ",".join(options.brokers))
+        .option("partitions", str(options.partitions))
+        .option("maxRequestBytes", str(options.max_request_bytes))
+        .option("maxRequestRecords", str(options.max_request_records))
+        .option("maxRetries", str(options.max_retries))
+        .option("maxInFlight", str(options.max_in_flight))
+        .option("_progressAddress", progress_address)
+        .option("_summaryPath", str(summary_path))
+    )
 
 
 def _require_a_broker(options: ProduceOptions) -> None:
