@@ -13,6 +13,7 @@ create-if-absent. Every call is counted and timed through ``LlogMetrics``.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 from dataclasses import dataclass
@@ -117,6 +118,15 @@ class OxiaMetadataStore:
         self._closed = False
         self._close_lock = threading.Lock()
 
+    @contextlib.contextmanager
+    def _translated(self, op: str, key: str) -> Iterator[None]:
+        """Every Oxia call runs in here: the client's and grpc's errors leave
+        as VersionConflict or MetadataStoreError naming the call and key."""
+        try:
+            yield
+        except Exception as exc:  # grpc and the client raise many types
+            raise self._fail(op, key, exc) from exc
+
     def _fail(self, op: str, key: str, exc: BaseException) -> LlogError:
         if isinstance(exc, self._oxia.ex.UnexpectedVersionId):
             return VersionConflict(f"Oxia {op} of {key!r}: version changed")
@@ -126,29 +136,21 @@ class OxiaMetadataStore:
         )
 
     def get(self, key: str, partition_key: str) -> Record | None:
-        try:
-            with self._metrics.oxia_op("get"):
-                try:
-                    k, value, version = self._client.get(key, partition_key=partition_key)
-                except self._oxia.ex.KeyNotFound:  # an answer, not an error
-                    return None
-        except Exception as exc:
-            raise self._fail("get", key, exc) from exc
+        with self._translated("get", key), self._metrics.oxia_op("get"):
+            try:
+                k, value, version = self._client.get(key, partition_key=partition_key)
+            except self._oxia.ex.KeyNotFound:  # an answer, not an error
+                return None
         return Record(k, value, version.version_id())
 
     def ceiling(self, key: str, partition_key: str) -> Record | None:
-        try:
-            with self._metrics.oxia_op("get_ceiling"):
-                try:
-                    k, value, version = self._client.get(
-                        key,
-                        partition_key=partition_key,
-                        comparison_type=self._oxia.ComparisonType.CEILING,
-                    )
-                except self._oxia.ex.KeyNotFound:  # an answer, not an error
-                    return None
-        except Exception as exc:
-            raise self._fail("ceiling get", key, exc) from exc
+        with self._translated("ceiling get", key), self._metrics.oxia_op("get_ceiling"):
+            try:
+                k, value, version = self._client.get(
+                    key, partition_key=partition_key, comparison_type=self._oxia.ComparisonType.CEILING,
+                )
+            except self._oxia.ex.KeyNotFound:  # an answer, not an error
+                return None
         return Record(k, value, version.version_id())
 
     def put(
@@ -160,51 +162,30 @@ class OxiaMetadataStore:
         ephemeral: bool = False,
     ) -> int:
         op = "put_ephemeral" if ephemeral else ("put" if expected_version is None else "put_cas")
-        try:
-            with self._metrics.oxia_op(op):
-                _, version = self._client.put(
-                    key,
-                    value,
-                    partition_key=partition_key,
-                    expected_version_id=expected_version,
-                    ephemeral=ephemeral,
-                )
-        except Exception as exc:
-            raise self._fail("put", key, exc) from exc
+        with self._translated("put", key), self._metrics.oxia_op(op):
+            _, version = self._client.put(
+                key, value, partition_key=partition_key, expected_version_id=expected_version, ephemeral=ephemeral,
+            )
         return version.version_id()
 
     def delete(self, key: str, partition_key: str, expected_version: int | None = None) -> bool:
-        try:
-            with self._metrics.oxia_op("delete"):
-                return self._client.delete(
-                    key, partition_key=partition_key, expected_version_id=expected_version
-                )
-        except Exception as exc:
-            raise self._fail("delete", key, exc) from exc
+        with self._translated("delete", key), self._metrics.oxia_op("delete"):
+            return self._client.delete(key, partition_key=partition_key, expected_version_id=expected_version)
 
     def delete_range(self, min_key: str, max_key: str, partition_key: str) -> None:
-        try:
-            with self._metrics.oxia_op("delete_range"):
-                self._client.delete_range(min_key, max_key, partition_key=partition_key)
-        except Exception as exc:
-            raise self._fail("delete_range", min_key, exc) from exc
+        with self._translated("delete_range", min_key), self._metrics.oxia_op("delete_range"):
+            self._client.delete_range(min_key, max_key, partition_key=partition_key)
 
     def range_scan(self, min_key: str, max_key: str, partition_key: str | None) -> Iterator[Record]:
         # Counted, not timed: the stream's duration is the consumer's pace.
         self._metrics.inc("oxia_operations_total", op="range_scan", outcome="ok")
-        try:
-            rows = self._client.range_scan(min_key, max_key, partition_key=partition_key)
-            for k, value, version in rows:
+        with self._translated("range_scan", min_key):
+            for k, value, version in self._client.range_scan(min_key, max_key, partition_key=partition_key):
                 yield Record(k, value, version.version_id())
-        except Exception as exc:
-            raise self._fail("range_scan", min_key, exc) from exc
 
     def list_keys(self, min_key: str, max_key: str, partition_key: str | None = None) -> list[str]:
-        try:
-            with self._metrics.oxia_op("list"):
-                return list(self._client.list(min_key, max_key, partition_key=partition_key))
-        except Exception as exc:
-            raise self._fail("list", min_key, exc) from exc
+        with self._translated("list", min_key), self._metrics.oxia_op("list"):
+            return list(self._client.list(min_key, max_key, partition_key=partition_key))
 
     def close(self) -> None:
         with self._close_lock:

@@ -13,6 +13,7 @@ map to the same exceptions and messages.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from dataclasses import dataclass
 from typing import Iterable, Iterator, Protocol
@@ -85,6 +86,15 @@ class S3ObjectStore:
         self._closed = False
         self._lock = threading.Lock()
 
+    @contextlib.contextmanager
+    def _translated(self, op: str, bucket: str, key: str) -> Iterator[None]:
+        """Every S3 call runs in here: botocore's and the lean GET's errors
+        leave as ObjectNotFound or ObjectStoreError naming the call and object."""
+        try:
+            yield
+        except Exception as exc:
+            raise self._fail(op, bucket, key, exc) from exc
+
     def _fail(self, op: str, bucket: str, key: str, exc: Exception) -> ObjectStoreError:
         from botocore.exceptions import ClientError
 
@@ -114,24 +124,18 @@ class S3ObjectStore:
         return ObjectStoreError(f"S3 {op} s3://{bucket}/{key} failed ({endpoint}): {type(exc).__name__}: {exc}")
 
     def put(self, bucket: str, key: str, data: bytes) -> None:
-        try:
-            with self._metrics.s3_op("put", len(data)):
-                self._client.put_object(Bucket=bucket, Key=key, Body=data)
-        except Exception as exc:
-            raise self._fail("put", bucket, key, exc) from exc
+        with self._translated("put", bucket, key), self._metrics.s3_op("put", len(data)):
+            self._client.put_object(Bucket=bucket, Key=key, Body=data)
 
     def get(self, bucket: str, key: str, byte_range: tuple[int, int] | None = None) -> bytes:
         op = "get" if byte_range is None else "range_get"
         if byte_range is not None and byte_range[1] <= 0:
             return b""
-        try:
-            with self._metrics.s3_op(op):
-                if self._getter is not None:
-                    data = self._getter.get(bucket, key, byte_range)
-                else:
-                    data = self._boto_get(bucket, key, byte_range)
-        except Exception as exc:
-            raise self._fail(op, bucket, key, exc) from exc
+        with self._translated(op, bucket, key), self._metrics.s3_op(op):
+            if self._getter is not None:
+                data = self._getter.get(bucket, key, byte_range)
+            else:
+                data = self._boto_get(bucket, key, byte_range)
         self._metrics.inc("s3_bytes_total", len(data), op=op)
         return data
 
@@ -149,11 +153,8 @@ class S3ObjectStore:
             kwargs = {"Bucket": bucket, "Prefix": prefix, "MaxKeys": 1000}
             if token:
                 kwargs["ContinuationToken"] = token
-            try:
-                with self._metrics.s3_op("list"):
-                    resp = self._client.list_objects_v2(**kwargs)
-            except Exception as exc:
-                raise self._fail("list", bucket, prefix, exc) from exc
+            with self._translated("list", bucket, prefix), self._metrics.s3_op("list"):
+                resp = self._client.list_objects_v2(**kwargs)
             for obj in resp.get("Contents", []):
                 yield ObjectInfo(
                     obj["Key"], int(obj["Size"]), int(obj["LastModified"].timestamp() * 1000)
@@ -173,13 +174,10 @@ class S3ObjectStore:
             self._delete_batch(bucket, batch)
 
     def _delete_batch(self, bucket: str, keys: list[str]) -> None:
-        try:
-            with self._metrics.s3_op("delete"):
-                resp = self._client.delete_objects(
-                    Bucket=bucket, Delete={"Objects": [{"Key": k} for k in keys], "Quiet": True}
-                )
-        except Exception as exc:
-            raise self._fail("delete", bucket, keys[0], exc) from exc
+        with self._translated("delete", bucket, keys[0]), self._metrics.s3_op("delete"):
+            resp = self._client.delete_objects(
+                Bucket=bucket, Delete={"Objects": [{"Key": k} for k in keys], "Quiet": True}
+            )
         errors = [e for e in resp.get("Errors", []) if e.get("Code") != "NoSuchKey"]
         if errors:
             first = errors[0]
