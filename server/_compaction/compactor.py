@@ -58,7 +58,7 @@ from .._protocol.records import (
 )
 from .._storage.metastore import EXPECT_ABSENT, MetadataStore, Record
 from .._storage.objectstore import ObjectStore
-from .._storage.stores import StoreClient
+from .._storage.stores import Closeable, Stores, use_stores
 from ..leaderless_log_metrics import LlogMetrics
 
 __all__ = [
@@ -124,7 +124,7 @@ class CompactionResult:
 StepHook = Callable[[str], None]
 
 
-class LeaderlessLogCompactor(StoreClient):
+class LeaderlessLogCompactor(Closeable):
     """Compacts one partition per ``compact_once`` call. Thread-safe."""
 
     def __init__(
@@ -135,6 +135,7 @@ class LeaderlessLogCompactor(StoreClient):
         metrics: LlogMetrics | None = None,
         metadata_store: MetadataStore | None = None,
         object_store: ObjectStore | None = None,
+        stores: Stores | None = None,
         max_offsets_per_run: int = DEFAULT_MAX_OFFSETS,
         max_bytes_per_run: int = DEFAULT_MAX_BYTES,
         max_reference_age_ms: int = DEFAULT_MAX_REFERENCE_AGE_MS,
@@ -149,11 +150,10 @@ class LeaderlessLogCompactor(StoreClient):
         self.max_bytes_per_run = max_bytes_per_run
         self.max_reference_age_ms = max_reference_age_ms
         self._hook = step_hook
-        self._open_stores(oxia_config, s3_config, self.metrics, metadata_store, object_store)
-        self._reader = LeaderlessLogReader(
-            oxia_config, s3_config, metrics=self.metrics,
-            metadata_store=self._meta, object_store=self._objects,
-        )
+        self._stores = use_stores(self, stores, oxia_config, s3_config, self.metrics, metadata_store, object_store)
+        self._meta, self._objects = self._stores.meta, self._stores.objects
+        self._reader = LeaderlessLogReader(oxia_config, s3_config, metrics=self.metrics, stores=self._stores)
+        self._resources.callback(self._reader.close)
 
     @classmethod
     def from_env(
@@ -169,9 +169,6 @@ class LeaderlessLogCompactor(StoreClient):
         )
         kwargs.setdefault("max_bytes_per_run", env_int(env, "LLOG_COMPACTOR_MAX_BYTES_PER_RUN", DEFAULT_MAX_BYTES))
         return cls(OxiaConfig.from_env(env), S3Config.from_env(env), metrics=metrics, **kwargs)
-
-    def _close_resources(self) -> None:
-        self._reader.close()
 
     # -- the run -----------------------------------------------------------------
     def compact_once(self, topic: str, partition: int, max_offsets: int | None = None) -> CompactionResult:

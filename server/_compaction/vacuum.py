@@ -65,7 +65,7 @@ from .._protocol.records import (
 )
 from .._storage.metastore import MetadataStore
 from .._storage.objectstore import ObjectInfo, ObjectStore
-from .._storage.stores import StoreClient
+from .._storage.stores import Closeable, Stores, use_stores
 from ..leaderless_log_metrics import LlogMetrics
 from .config import VacuumConfig
 
@@ -208,7 +208,7 @@ class _Pass:
         self.kept[reason] = self.kept.get(reason, 0) + 1
 
 
-class Vacuum(StoreClient):
+class Vacuum(Closeable):
     """Deletes unreferenced objects of one root (SPEC 7.9). A context manager.
 
     ``run_once`` is safe to run from several processes at once (every delete
@@ -225,6 +225,7 @@ class Vacuum(StoreClient):
         metrics: LlogMetrics | None = None,
         metadata_store: MetadataStore | None = None,
         object_store: ObjectStore | None = None,
+        stores: Stores | None = None,
         now_ms=_now_ms,
     ) -> None:
         if grace_ms < 0:
@@ -241,7 +242,8 @@ class Vacuum(StoreClient):
         self.delete_redundant_entries = delete_redundant_entries
         self.metrics = metrics or LlogMetrics()
         self._now_ms = now_ms
-        self._open_stores(oxia_config, s3_config, self.metrics, metadata_store, object_store)
+        self._stores = use_stores(self, stores, oxia_config, s3_config, self.metrics, metadata_store, object_store)
+        self._meta, self._objects = self._stores.meta, self._stores.objects
         # Objects are immutable, so a shared object's header never changes:
         # remember which logs each one names instead of re-reading it every pass.
         self._headers: dict[str, tuple[TopicPartition, ...]] = {}

@@ -51,7 +51,7 @@ from .._protocol.records import ENTRY_COMPACTED, ENTRY_WAL, CompactionCursor, Co
 from .._protocol.structs import ReadRecord
 from .._storage.metastore import MetadataStore
 from .._storage.objectstore import ObjectStore
-from .._storage.stores import StoreClient
+from .._storage.stores import Closeable, Stores, use_stores
 from ..leaderless_log_metrics import LlogMetrics
 from .index import covering_entry
 
@@ -108,7 +108,7 @@ class RecordRun(Generic[T]):
         return self.last - self.first + 1
 
 
-class LeaderlessLogReader(StoreClient):
+class LeaderlessLogReader(Closeable):
     """Reads records by offset. Thread-safe; a context manager."""
 
     def __init__(
@@ -119,13 +119,18 @@ class LeaderlessLogReader(StoreClient):
         metrics: LlogMetrics | None = None,
         metadata_store: MetadataStore | None = None,
         object_store: ObjectStore | None = None,
+        stores: Stores | None = None,
         read_ahead: int = 4,
     ) -> None:
         self.layout = LogLayout(oxia_config.root_prefix)
         self.metrics = metrics or LlogMetrics()
-        self._open_stores(oxia_config, s3_config or S3Config(bucket=None), self.metrics, metadata_store, object_store)
+        self._stores = use_stores(
+            self, stores, oxia_config, s3_config or S3Config(bucket=None), self.metrics, metadata_store, object_store
+        )
+        self._meta, self._objects = self._stores.meta, self._stores.objects
         self._read_ahead = max(1, read_ahead)
         self._pool = ThreadPoolExecutor(self._read_ahead, thread_name_prefix="llog-read")
+        self._resources.callback(self._pool.shutdown, wait=True)
 
     @classmethod
     def from_env(
@@ -134,9 +139,6 @@ class LeaderlessLogReader(StoreClient):
         """Build from ``LLOG_OXIA_*``, ``LLOG_ROOT_PREFIX`` and the optional
         ``LLOG_S3_*`` (no bucket needed: index entries carry full URIs)."""
         return cls(OxiaConfig.from_env(env), S3Config.from_env(env), metrics=metrics, **kwargs)
-
-    def _close_resources(self) -> None:
-        self._pool.shutdown(wait=True)
 
     # -- metadata --------------------------------------------------------------
     def control(self, topic: str, partition: int) -> ControlRecord:

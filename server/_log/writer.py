@@ -65,7 +65,7 @@ from .._protocol.structs import AppendResult, SharedAppendGroup, validate_groups
 from .._retry import Backoff
 from .._storage.metastore import EXPECT_ABSENT, MetadataStore
 from .._storage.objectstore import ObjectStore
-from .._storage.stores import StoreClient
+from .._storage.stores import Closeable, Stores, use_stores
 from ..leaderless_log_metrics import LlogMetrics
 from . import recovery
 from .index import covering_entry
@@ -87,7 +87,7 @@ class _Landed(Enum):
     UNKNOWN = "unknown"
 
 
-class LeaderlessLogWriter(StoreClient):
+class LeaderlessLogWriter(Closeable):
     """Appends batches to topic-partitions: bytes to S3, order and index to Oxia.
 
     Thread-safe. Use as a context manager or call :meth:`close`.
@@ -101,6 +101,7 @@ class LeaderlessLogWriter(StoreClient):
         metrics: LlogMetrics | None = None,
         metadata_store: MetadataStore | None = None,
         object_store: ObjectStore | None = None,
+        stores: Stores | None = None,
         commit_parallelism: int = 16,
         max_reference_age_ms: int = 60_000,
     ) -> None:
@@ -111,8 +112,10 @@ class LeaderlessLogWriter(StoreClient):
         self.metrics = metrics or LlogMetrics()
         self.max_reference_age_ms = max_reference_age_ms
         """SPEC 7.0 ``D``: a blob older than this is never referenced (vacuum may take it)."""
-        self._open_stores(oxia_config, s3_config, self.metrics, metadata_store, object_store)
+        self._stores = use_stores(self, stores, oxia_config, s3_config, self.metrics, metadata_store, object_store)
+        self._meta, self._objects = self._stores.meta, self._stores.objects
         self._pool = ThreadPoolExecutor(commit_parallelism, thread_name_prefix="llog-commit")
+        self._resources.callback(self._pool.shutdown, wait=True)
         self._cache_lock = threading.Lock()
         self._control_cache: dict[TopicPartition, tuple[ControlRecord, int]] = {}
         self._tp_locks: dict[TopicPartition, threading.Lock] = defaultdict(threading.Lock)
@@ -123,9 +126,6 @@ class LeaderlessLogWriter(StoreClient):
     ) -> LeaderlessLogWriter:
         """Build from ``LLOG_OXIA_*``, ``LLOG_ROOT_PREFIX`` and ``LLOG_S3_*``."""
         return cls(OxiaConfig.from_env(env), S3Config.from_env(env), metrics=metrics, **kwargs)
-
-    def _close_resources(self) -> None:
-        self._pool.shutdown(wait=True)
 
     # -- partition management ------------------------------------------------
     def initialize_partition(self, topic: str, partition: int) -> bool:
