@@ -41,10 +41,12 @@ next run. Claims only avoid wasted work: correctness rests on
 
 **Code.** This module is the entry point (``main``, ``--help``) and
 re-exports :class:`CompactorService`; the rest is in ``server/_compaction/``:
-the scheduler, discovery and vacuum thread in ``service.py``, the claims in
-``claims.py``, task outcomes in ``tasks.py``, the HTTP handler in
-``http.py``, the configuration in ``config.py`` and the shared-blob cache in
-``blob_cache.py``.
+the threads and their wiring in ``service.py``, the scheduling decisions in
+``scheduler.py``, discovery in ``discovery.py``, one task (claim, run,
+release) in ``task_runner.py``, the claims in ``claims.py``, task outcomes
+(``TaskOutcome``) in ``tasks.py``, the vacuum thread in ``vacuum_runner.py``,
+the HTTP handler in ``http.py``, the configuration in ``config.py`` and the
+shared-blob cache in ``blob_cache.py``.
 
 **Shared-blob cache.** The compactors read through
 :class:`~server._compaction.blob_cache.SharedBlobCache` (``LLOG_COMPACTOR_BLOB_CACHE_BYTES``):
@@ -74,10 +76,10 @@ from typing import Any, Mapping, Sequence
 
 from ._compaction.config import CompactorServiceConfig, parse_targets
 from ._compaction.service import CompactorService
-from ._compaction.tasks import OUTCOME_ERROR, TaskResult
+from ._compaction.tasks import TaskOutcome, TaskResult
 from ._errors import ConfigError, LlogError
 
-__all__ = ["CompactorService", "TaskResult", "main", "parse_args", "config_from_args"]
+__all__ = ["CompactorService", "TaskOutcome", "TaskResult", "main", "parse_args", "config_from_args"]
 
 log = logging.getLogger(__name__)
 
@@ -179,9 +181,9 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
             service.close()
         counts: dict[str, int] = {}
         for r in results:
-            counts[r.outcome] = counts.get(r.outcome, 0) + 1
+            counts[r.outcome.value] = counts.get(r.outcome.value, 0) + 1
         print(json.dumps({"partitions": len(results), "outcomes": counts}))
-        return 1 if counts.get(OUTCOME_ERROR) else 0
+        return 1 if counts.get(TaskOutcome.ERROR.value) else 0
 
     try:
         service.start()

@@ -368,7 +368,7 @@ def test_max_offsets_per_run_is_passed_and_partial_runs_reschedule_at_once(meta,
     with real_service(meta, objs, targets=(A,), max_offsets_per_run=2, idle_sleep_ms=60_000) as svc:
         res = svc.attempt(A)
         assert (res.result.start_offset, res.result.end_offset, res.result.lag_offsets) == (1, 2, 3)
-        assert svc._delay_s(res.outcome, res.result.lag_offsets) == 0.0
+        assert svc._scheduler.delay_s(res.outcome, res.result.lag_offsets) == 0.0
         svc.start()
         wait_for(lambda: cursor(meta, A) == 6, what="the rest compacted without idle sleeps")
     assert svc.metrics.snapshot()["gauges"]["compactor_lag_offsets"] == {"partition=0,topic=orders": 0}
@@ -471,11 +471,11 @@ def test_errors_back_off_with_the_error_sleep(meta, objs):
 def test_sleeps_are_jittered(meta, objs):
     svc = service(meta, objs, idle_sleep_ms=100, idle_jitter_ms=50, error_sleep_ms=1000, error_jitter_ms=500)
     with svc:
-        idle = [svc._delay_s("nothing_to_do", 0) for _ in range(200)]
-        errors = [svc._delay_s("error", 0) for _ in range(200)]
-        assert svc._delay_s("busy", None) >= 0.1
-        assert svc._delay_s("resumed", 0) == 0.0
-        assert svc._delay_s("compacted", 0) >= 0.1  # caught up: idle
+        idle = [svc._scheduler.delay_s("nothing_to_do", 0) for _ in range(200)]
+        errors = [svc._scheduler.delay_s("error", 0) for _ in range(200)]
+        assert svc._scheduler.delay_s("busy", None) >= 0.1
+        assert svc._scheduler.delay_s("resumed", 0) == 0.0
+        assert svc._scheduler.delay_s("compacted", 0) >= 0.1  # caught up: idle
     assert 0.1 <= min(idle) and max(idle) <= 0.15 and len(set(idle)) > 100
     assert 1.0 <= min(errors) and max(errors) <= 1.5
 
@@ -601,7 +601,7 @@ def test_vacuum_runs_on_its_interval_and_errors_do_not_stop_it(meta, objs):
 def test_vacuum_disabled_by_interval_zero(meta, objs):
     with service(meta, objs) as svc:
         svc.start()
-        assert svc._vacuum_thread is None
+        assert svc._vacuum_runner.thread is None
 
 
 # -- HTTP ----------------------------------------------------------------------------------------------------
