@@ -31,8 +31,9 @@ from typing import Any, Callable, Mapping, Sequence
 from .._config import OxiaConfig, S3Config
 from .._errors import LlogError
 from .._protocol.keys import LogLayout, TopicPartition
-from .._storage.metastore import MetadataStore, OxiaMetadataStore
-from .._storage.objectstore import ObjectStore, S3ObjectStore
+from .._storage.metastore import MetadataStore
+from .._storage.objectstore import ObjectStore
+from .._storage.stores import Stores
 from ..leaderless_log_metrics import LlogMetrics
 from .blob_cache import SharedBlobCache
 from .claims import Claims
@@ -66,6 +67,7 @@ class CompactorService:
         metrics: LlogMetrics | None = None,
         metadata_store: MetadataStore | None = None,
         object_store: ObjectStore | None = None,
+        stores: Stores | None = None,
         compactor_factory: Callable[[], Compactor] | None = None,
         vacuum_factory: Callable[[], VacuumLike] | None = None,
         serve_http: bool = True,
@@ -76,7 +78,7 @@ class CompactorService:
         self.metrics = metrics or LlogMetrics()
         self._oxia_config = oxia_config
         self._s3_config = s3_config
-        self._open_stores(metadata_store, object_store)
+        self._open_stores(stores, metadata_store, object_store)
         self._serve_http = serve_http
         self._rng = rng or random.Random()
         self._cond = threading.Condition()  # guards self._scheduler
@@ -102,23 +104,24 @@ class CompactorService:
         self.started_at_ms = int(time.time() * 1000)
         self._publish_info()
 
-    def _open_stores(self, metadata_store: MetadataStore | None, object_store: ObjectStore | None) -> None:
-        """The given stores, or our own; the compactors read shared blobs through a cache."""
-        self._owns_meta = metadata_store is None
-        self._owns_objects = object_store is None
-        self._meta = metadata_store or OxiaMetadataStore(self._oxia_config, self.metrics)
-        try:
-            self._objects = object_store or S3ObjectStore(self._s3_config, self.metrics)
-        except Exception:
-            if self._owns_meta:
-                self._meta.close()
-            raise
-        # See blob_cache.py; vacuum and the claims use the plain stores.
+    def _open_stores(
+        self, stores: Stores | None, metadata_store: MetadataStore | None, object_store: ObjectStore | None
+    ) -> None:
+        """One Stores for every part of the service (one Oxia session): the
+        given one, or our own. The compactors read shared blobs through a
+        cache (blob_cache.py); vacuum, discovery and the claims use the plain
+        stores."""
+        self._own_stores = stores is None
+        self._stores = stores or Stores.open(
+            self._oxia_config, self._s3_config, self.metrics, metadata_store=metadata_store, object_store=object_store,
+        )
+        self._meta, self._objects = self._stores.meta, self._stores.objects
         c = self.config
-        self._compactor_objects: ObjectStore = (
+        cached = (
             SharedBlobCache(self._objects, self.layout.shared_wal_prefix, c.blob_cache_bytes, self.metrics)
             if c.blob_cache_bytes > 0 else self._objects
         )
+        self._compactor_stores = Stores(self._meta, cached, owns_objects=cached is not self._objects)
 
     def _publish_info(self) -> None:
         c = self.config
@@ -163,8 +166,7 @@ class CompactorService:
         if self.config.max_bytes_per_run is not None:
             limits["max_bytes_per_run"] = self.config.max_bytes_per_run
         return LeaderlessLogCompactor(
-            self._oxia_config, self._s3_config, metrics=self.metrics,
-            metadata_store=self._meta, object_store=self._compactor_objects, **limits,
+            self._oxia_config, self._s3_config, metrics=self.metrics, stores=self._compactor_stores, **limits,
         )
 
     def _default_vacuum(self) -> VacuumLike:
@@ -174,7 +176,7 @@ class CompactorService:
             self._oxia_config, self._s3_config,
             grace_ms=self.config.vacuum.grace_ms,
             delete_redundant_entries=self.config.vacuum.delete_redundant_entries,
-            metrics=self.metrics, metadata_store=self._meta, object_store=self._objects,
+            metrics=self.metrics, stores=self._stores,
         )
 
     # -- lifecycle -------------------------------------------------------------------
@@ -261,12 +263,9 @@ class CompactorService:
         self.stop()
         self._runner.close()
         close_quietly(self._vacuum_runner)
-        if self._compactor_objects is not self._objects:
-            close_quietly(self._compactor_objects)
-        if self._owns_objects:
-            close_quietly(self._objects)
-        if self._owns_meta:
-            close_quietly(self._meta)
+        close_quietly(self._compactor_stores)
+        if self._own_stores:
+            close_quietly(self._stores)
         log.info("compactor %s stopped", self.config.compactor_id)
 
     # -- discovery ---------------------------------------------------------------------

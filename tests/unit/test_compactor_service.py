@@ -846,10 +846,10 @@ def test_service_compactors_use_the_blob_cache_and_vacuum_does_not(meta, objs):
 
     fill(meta, objs, [A, B, TopicPartition("orders", 2)])
     with real_service(meta, objs, targets=(A, B, TopicPartition("orders", 2))) as svc:
-        assert isinstance(svc._compactor_objects, SharedBlobCache)
+        assert isinstance(svc._compactor_stores.objects, SharedBlobCache)
         for tp in svc.known_partitions():
             assert svc.attempt(tp).outcome == "compacted"
         assert svc.metrics.counter("compactor_blob_cache_requests_total", result="fill") == 3
         assert svc.metrics.counter("compactor_blob_cache_requests_total", result="hit") == 3
     with real_service(meta, objs, blob_cache_bytes=0) as svc:
-        assert svc._compactor_objects is svc._objects
+        assert svc._compactor_stores.objects is svc._objects
