@@ -160,6 +160,13 @@ class BrokerClient:
         series = self.metrics()["counters"].get(name, {})
         return sum(v for lbl, v in series.items() if want <= set(filter(None, lbl.split(","))))
 
+    def gauge(self, name: str, **labels: object) -> float:
+        """A gauge of /metrics (summed over the label sets that include ``labels``);
+        /metrics refreshes ``consume_waiting_requests`` and ``http_inflight_requests``."""
+        want = {f"{k}={v}" for k, v in labels.items()}
+        series = self.metrics()["gauges"].get(name, {})
+        return sum(v for lbl, v in series.items() if want <= set(filter(None, lbl.split(","))))
+
     def storage_ops(self) -> tuple[float, float]:
         """(Oxia operations, S3 operations) so far."""
         return self.counter("oxia_operations_total"), self.counter("s3_operations_total")

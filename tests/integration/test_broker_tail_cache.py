@@ -3,11 +3,13 @@ LLOG_TAIL_CACHE_DIR, eviction, and a disabled cache giving the same answers."""
 
 from __future__ import annotations
 
-import threading
-import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+
+from tests._waiting import wait_until
+from tests.integration._long_poll import start_long_poll
 
 pytestmark = pytest.mark.integration
 
@@ -31,11 +33,10 @@ def test_a_read_process_serves_records_published_by_a_write_process(split) -> No
     writer, reader, cache_dir = split
     writer.client.produce([{"topic": "t", "partition": p, "records": [f"v{p}-{i}" for i in range(5)]} for p in range(3)])
     # The write process publishes after the commit and before it answers; the
-    # file write is asynchronous, so allow it a moment.
-    deadline = time.monotonic() + 5
-    while not list(cache_dir.rglob("state")) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    time.sleep(0.1)
+    # file write is asynchronous: its publisher counts the records once they
+    # are on disk.
+    wait_until(lambda: writer.client.counter("tail_cache_published_records_total") == 15, 10,
+               "the write process to publish the 15 records to the shared directory")
     before = reader.client.storage_ops()
     reply = reader.client.consume([tp("t", p, 1) for p in range(3)])
     assert [[r["value"] for r in x["records"]] for x in reply.json["results"]] == [
@@ -51,19 +52,19 @@ def test_a_read_process_long_poll_is_woken_by_the_write_process(split) -> None:
     writer, reader, _ = split
     writer.client.produce([{"topic": "t", "partition": 0, "records": ["a"]}])
     assert [x for _, x in reader.client.consume_all("t", 0)] == [b"a"]
-    threading.Timer(0.3, lambda: writer.client.produce([{"topic": "t", "partition": 0, "records": ["b"]}])).start()
-    started = time.monotonic()
-    reply = reader.client.consume([tp("t", 0, 2)], max_wait_ms=10_000)
-    elapsed = time.monotonic() - started
+    with ThreadPoolExecutor(1) as pool:
+        poll = start_long_poll(pool, reader, [tp("t", 0, 2)], max_wait_ms=30_000)
+        writer.client.produce([{"topic": "t", "partition": 0, "records": ["b"]}])
+        reply = poll.result(timeout=10)  # long before its 30 s max_wait_ms ...
     assert [r["value"] for r in reply.json["results"][0]["records"]] == ["b"]
-    assert 0.25 < elapsed < 1.5
-    assert reader.client.counter("consume_wakeups_total") >= 1
+    assert reader.client.counter("consume_wakeups_total") >= 1  # ... woken by the file poller
 
 
 def test_the_read_process_falls_back_when_the_cache_is_gone(split) -> None:
     writer, reader, cache_dir = split
     writer.client.produce([{"topic": "t", "partition": 0, "records": ["a", "b"]}])
-    time.sleep(0.2)
+    wait_until(lambda: writer.client.counter("tail_cache_published_records_total") == 2, 10,
+               "the write process to publish to the shared directory")
     for f in cache_dir.rglob("*.seg"):
         f.unlink()
     assert [x for _, x in reader.client.consume_all("t", 0)] == [b"a", b"b"]

@@ -1,7 +1,8 @@
 """Vacuum against the real Oxia and S3 (SPEC 7.9).
 
-Objects are made "old" with a small grace period (0-1000 ms) rather than by
-waiting an hour; the one-shot command is run as a real process.
+Objects are made "old" with a small grace period (0-1000 ms) or a vacuum
+clock that runs ahead, rather than by waiting; the one-shot command is run
+as a real process.
 """
 
 from __future__ import annotations
@@ -42,6 +43,11 @@ def s3(llog_env):
 
 def vacuum(llog_env, grace_ms: int, **kw) -> Vacuum:
     return Vacuum.from_env(llog_env, grace_ms=grace_ms, **kw)
+
+
+def clock_ahead(ms: int):
+    """A vacuum clock ``ms`` ahead of the real one: every object looks that much older."""
+    return lambda: int(time.time() * 1000) + ms
 
 
 def compact(llog_env, topic: str, partition: int, **kw):
@@ -131,13 +137,14 @@ def test_compacted_orphan_is_deleted_after_grace_and_dry_run_changes_nothing(wri
     with vacuum(llog_env, 60_000) as v:
         assert v.run_once().kept == {KEEP_YOUNG: 2}  # the WAL blob and the orphan
 
-    time.sleep(1.1)
+    a_minute_later = clock_ahead(61_000)
     before = object_keys(s3, llog_env)
-    with vacuum(llog_env, 1_000) as v:
+    with vacuum(llog_env, 60_000, now_ms=a_minute_later) as v:
         dry = v.run_once(dry_run=True)
     assert dry.dry_run and dry.deleted_keys == (orphan,) and dry.deleted[0].kind == "compacted"
+    assert dry.deleted[0].age_ms >= 60_000
     assert object_keys(s3, llog_env) == before
-    with vacuum(llog_env, 1_000) as v:
+    with vacuum(llog_env, 60_000, now_ms=a_minute_later) as v:
         real = v.run_once()
     assert (real.deleted_keys, real.bytes_reclaimed, real.kept) == (dry.deleted_keys, dry.bytes_reclaimed, dry.kept)
     assert object_keys(s3, llog_env) == before - {orphan}

@@ -1,16 +1,23 @@
 """BrokerConsumeService over the in-memory fakes: cache first, validation of
-tail claims, long-poll wake-ups, limits, one GET per shared blob."""
+tail claims, long-poll wake-ups, limits, one GET per shared blob.
+
+No test here reads the clock. A long poll is observed through its waiter
+(:class:`ObservedSignals`): a test acts once the request is blocked, and
+checks how each wait ended (woken, or out of time). Running out of
+``max_wait_ms`` is simulated: every wait then ends at once at its timeout.
+"""
 
 from __future__ import annotations
 
 import threading
-import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Iterable
 
 import pytest
 
 from server._broker.codec import ConsumePartition, ConsumeRequest
 from server._broker.consume import BrokerConsumeService
-from server._broker.tail_cache import MemoryTailCache, NullTailCache, TailSignals
+from server._broker.tail_cache import MemoryTailCache, NullTailCache, TailSignals, TailWaiter
 from server._config import BatchConfig, OxiaConfig, S3Config
 from server._errors import ObjectNotFound, OffsetOutOfRange, PartitionNotInitialized
 from server._protocol.keys import TopicPartition
@@ -27,6 +34,47 @@ OXIA = OxiaConfig("fake:1", root_prefix="llog")
 S3 = S3Config("llog")
 
 
+class ObservedSignals(TailSignals):
+    """TailSignals whose waiters report each wait: its timeout, and whether
+    it ended woken (True) or out of time (False).
+
+    ``time_runs_out``: every wait ends at once as if its timeout had passed
+    (woken only if a notification came before), so ``max_wait_ms`` runs out
+    without the test waiting for it.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.time_runs_out = False
+        self.timeouts: list[float] = []
+        self.waits: list[bool] = []
+        self._entered = threading.Condition()
+
+    def register(
+        self, tps: Iterable[TopicPartition], tokens: dict[TopicPartition, object] | None = None
+    ) -> TailWaiter:
+        waiter = super().register(tps, tokens)
+        real_wait = waiter.wait
+
+        def wait(timeout_s: float) -> bool:
+            with self._entered:
+                self.timeouts.append(timeout_s)
+                self._entered.notify_all()
+            woke = real_wait(0 if self.time_runs_out else timeout_s)
+            self.waits.append(woke)
+            return woke
+
+        waiter.wait = wait  # type: ignore[method-assign]
+        return waiter
+
+    def blocked(self, times: int = 1) -> None:
+        """Until requests have started to wait ``times`` times in all."""
+        with self._entered:
+            assert self._entered.wait_for(lambda: len(self.timeouts) >= times, 10), (
+                f"the request did not start wait number {times}"
+            )
+
+
 class Env:
     """A writer + producer + reader over one pair of fakes, and a consume
     service with a memory cache filled the way the broker fills it."""
@@ -36,9 +84,10 @@ class Env:
         self.writer = LeaderlessLogWriter(OXIA, S3, metadata_store=self.meta, object_store=self.objs)
         self.producer = BatchingProducer(self.writer, BatchConfig(max_delay_ms=1))
         self.reader = LeaderlessLogReader(OXIA, S3, metadata_store=self.meta, object_store=self.objs)
-        self.signals = TailSignals()
+        self.signals = ObservedSignals()
         self.cache = MemoryTailCache(1 << 20, self.signals) if cache == "memory" else NullTailCache(self.signals)
         self.pending: set[TopicPartition] = set()  # partitions with a local flush "in flight"
+        self._background = ThreadPoolExecutor(1, thread_name_prefix="test-long-poll")
         self.service = BrokerConsumeService(
             self.reader, self.cache, self.signals, local_writes_pending=lambda tp: tp in self.pending
         )
@@ -64,11 +113,20 @@ class Env:
         )
         return self.service.consume(req)
 
+    def long_poll(self, *parts: tuple[str, int, int], **kw) -> Future:
+        """:meth:`consume` on another thread, returned once it blocks in its
+        first wait: what the test does next can reach it only by a wake-up."""
+        before = len(self.signals.timeouts)
+        poll = self._background.submit(self.consume, *parts, **kw)
+        self.signals.blocked(before + 1)
+        return poll
+
     def storage_calls(self) -> int:
         return sum(self.meta.calls.values()) + sum(self.objs.calls.get(k, 0) for k in ("get", "range_get"))
 
     def close(self) -> None:
-        self.service.close()
+        self.service.close()  # wakes a long poll a failed test left waiting
+        self._background.shutdown(wait=True)
         self.producer.close()
         self.reader.close()
         self.writer.close()
@@ -97,28 +155,29 @@ def test_a_cache_hit_touches_neither_oxia_nor_s3(env: Env) -> None:
 def test_a_tail_claim_is_validated_once_and_finds_records_written_elsewhere(env: Env) -> None:
     env.produce(("t", 0, [b"a", b"b", b"c"]))
     env.elsewhere("t", 0, [b"d", b"e"])  # offsets 4, 5 through another broker
-    started = time.monotonic()
-    (part,) = env.consume(("t", 0, 4), max_wait_ms=5000).partitions
-    assert time.monotonic() - started < 1  # found at once, not after max_wait_ms
+    (part,) = env.consume(("t", 0, 4), max_wait_ms=60_000).partitions
+    assert env.signals.timeouts == []  # found at once, without waiting
     assert part.records == ((4, b"d"), (5, b"e")) and part.high_watermark == 5
 
 
 def test_a_confirmed_tail_waits_locally_without_polling_oxia(env: Env) -> None:
     env.produce(("t", 0, [b"a"]))
     before = env.meta.calls.get("get", 0)
-    started = time.monotonic()
-    (part,) = env.consume(("t", 0, 2), max_wait_ms=300).partitions
-    assert 0.28 <= time.monotonic() - started < 2
+    env.signals.time_runs_out = True
+    (part,) = env.consume(("t", 0, 2), max_wait_ms=60_000).partitions
+    # One wait, for what was left of max_wait_ms, and nothing woke it.
+    assert len(env.signals.timeouts) == 1 and 0 < env.signals.timeouts[0] <= 60
+    assert env.signals.waits == [False]
     assert part.records == () and part.next_fetch_offset == 2 and part.error is None
     assert env.meta.calls.get("get", 0) - before == 1  # the one validation, no polling
 
 
 def test_long_poll_returns_when_a_record_arrives(env: Env) -> None:
     env.produce(("t", 0, [b"a"]))
-    threading.Timer(0.2, lambda: env.produce(("t", 0, [b"b"]))).start()
-    started = time.monotonic()
-    (part,) = env.consume(("t", 0, 2), max_wait_ms=5000).partitions
-    assert 0.15 < time.monotonic() - started < 2
+    poll = env.long_poll(("t", 0, 2), max_wait_ms=60_000)
+    env.produce(("t", 0, [b"b"]))
+    (part,) = poll.result(timeout=10).partitions
+    assert env.signals.waits == [True]  # woken by the publish, once
     assert part.records == ((2, b"b"),)
 
 
@@ -127,11 +186,12 @@ def test_min_bytes_accumulates_across_wakeups(cache: str) -> None:
     env = Env(cache)
     try:
         env.produce(("t", 0, [b"a"]))
-        threading.Timer(0.1, lambda: env.produce(("t", 0, [b"x" * 10]))).start()
-        threading.Timer(0.3, lambda: env.produce(("t", 0, [b"y" * 10]))).start()
-        started = time.monotonic()
-        (part,) = env.consume(("t", 0, 2), max_wait_ms=5000, min_bytes=15).partitions
-        assert 0.25 < time.monotonic() - started < 3
+        poll = env.long_poll(("t", 0, 2), max_wait_ms=60_000, min_bytes=15)
+        env.produce(("t", 0, [b"x" * 10]))
+        env.signals.blocked(2)  # 10 bytes are not enough: it waits again
+        env.produce(("t", 0, [b"y" * 10]))
+        (part,) = poll.result(timeout=10).partitions
+        assert env.signals.waits == [True, True]
         assert part.records == ((2, b"x" * 10), (3, b"y" * 10))
     finally:
         env.close()
@@ -177,9 +237,8 @@ def test_partitions_of_one_shared_blob_cost_one_get(cache: str) -> None:
 
 def test_per_partition_errors(env: Env) -> None:
     env.produce(("t", 0, [b"a"]))
-    started = time.monotonic()
-    parts = env.consume(("t", 0, 0), ("t", 9, 1), ("t", 0, 1), max_wait_ms=5000).partitions
-    assert time.monotonic() - started < 1  # an error answers at once
+    parts = env.consume(("t", 0, 0), ("t", 9, 1), ("t", 0, 1), max_wait_ms=60_000).partitions
+    assert env.signals.timeouts == []  # an error answers at once
     assert isinstance(parts[0].error, OffsetOutOfRange)
     assert isinstance(parts[1].error, PartitionNotInitialized)
     assert parts[2].error is None and offsets(parts[2]) == [1]
@@ -187,9 +246,9 @@ def test_per_partition_errors(env: Env) -> None:
 
 def test_an_offset_past_the_high_watermark_waits_and_keeps_its_offset(env: Env) -> None:
     env.produce(("t", 0, [b"a"]))
-    started = time.monotonic()
-    (part,) = env.consume(("t", 0, 7), max_wait_ms=200).partitions
-    assert time.monotonic() - started >= 0.19
+    env.signals.time_runs_out = True
+    (part,) = env.consume(("t", 0, 7), max_wait_ms=60_000).partitions
+    assert env.signals.waits == [False]  # it waited, until max_wait_ms ran out
     assert part.error is None and part.records == () and part.next_fetch_offset == 7
     assert part.high_watermark == 1
 
@@ -204,10 +263,10 @@ def test_a_missing_object_is_a_partition_error(env: Env) -> None:
 
 def test_close_wakes_waiting_requests(env: Env) -> None:
     env.produce(("t", 0, [b"a"]))
-    threading.Timer(0.2, env.service.close).start()
-    started = time.monotonic()
-    (part,) = env.consume(("t", 0, 2), max_wait_ms=10_000).partitions
-    assert time.monotonic() - started < 2 and part.records == ()
+    poll = env.long_poll(("t", 0, 2), max_wait_ms=60_000)
+    env.service.close()
+    (part,) = poll.result(timeout=10).partitions
+    assert env.signals.waits == [True] and part.records == ()
 
 
 def test_results_keep_request_order(env: Env) -> None:
@@ -244,11 +303,11 @@ def test_oxia_ahead_during_our_own_flush_waits_for_the_cache(env: Env) -> None:
         env.cache.publish(TP0, 2, [b"b", b"c"])
         env.pending.discard(TP0)
 
-    threading.Timer(0.2, land).start()
     before = dict(env.objs.calls)
-    started = time.monotonic()
-    (part,) = env.consume(("t", 0, 2), max_wait_ms=5000).partitions
-    assert 0.15 < time.monotonic() - started < 2
+    poll = env.long_poll(("t", 0, 2), max_wait_ms=60_000)
+    land()
+    (part,) = poll.result(timeout=10).partitions
+    assert env.signals.waits == [True]  # woken by our flush's publish
     assert part.records == ((2, b"b"), (3, b"c"))
     assert env.objs.calls == before  # from the cache, not S3
 
@@ -260,16 +319,16 @@ def test_a_deferred_partition_reads_storage_when_our_flush_fails(env: Env) -> No
         env.pending.discard(TP0)
         env.signals.notify(TP0)
 
-    threading.Timer(0.2, fail).start()
-    started = time.monotonic()
-    (part,) = env.consume(("t", 0, 2), max_wait_ms=5000).partitions
-    assert time.monotonic() - started < 2
+    poll = env.long_poll(("t", 0, 2), max_wait_ms=60_000)
+    fail()
+    (part,) = poll.result(timeout=10).partitions
+    assert env.signals.waits == [True]  # woken by the failure, not out of time
     assert part.records == ((2, b"b"), (3, b"c"))
 
 
 def test_a_deferred_partition_reads_storage_at_the_deadline(env: Env) -> None:
     in_flight(env)
-    started = time.monotonic()
-    (part,) = env.consume(("t", 0, 2), max_wait_ms=300).partitions
-    assert 0.29 <= time.monotonic() - started < 2
+    env.signals.time_runs_out = True
+    (part,) = env.consume(("t", 0, 2), max_wait_ms=60_000).partitions
+    assert env.signals.waits == [False]  # max_wait_ms ran out, nothing woke it
     assert part.records == ((2, b"b"), (3, b"c"))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -158,12 +157,12 @@ def test_null_cache_misses_but_wakes(signals: TailSignals) -> None:
 def test_publish_wakes_only_waiters_of_that_partition(memory: MemoryTailCache, signals: TailSignals) -> None:
     w0 = signals.register([TP])
     w1 = signals.register([TP1])
-    memory.publish(TP, 1, [b"a"])
-    assert w0.wait(1) and w0.take_notified() == {TP}
-    assert not w1.wait(0.05)
+    memory.publish(TP, 1, [b"a"])  # notifies before it returns
+    assert w0.wait(0) and w0.take_notified() == {TP}
+    assert not w1.wait(0)
     signals.unregister(w0)
     memory.publish(TP, 2, [b"b"])
-    assert not w0.wait(0.05)
+    assert not w0.wait(0)
 
 
 def test_close_wakes_everyone(signals: TailSignals) -> None:
@@ -179,10 +178,9 @@ def test_file_poller_wakes_a_reader_process_waiter(shared) -> None:
     reader = FileTailCache(writer._dir.parents[1], writer._dir.name, 10_000, reader_signals, writer=False, poll_ms=5)
     try:
         waiter = reader_signals.register([TP], {TP: reader.watch_token(TP)})
-        started = time.monotonic()
         publish(writer, TP, 1, [b"a"])
-        assert waiter.wait(2), "the poller did not notice the publish"
-        assert time.monotonic() - started < 1
+        assert waiter.wait(10), "the poller did not notice the publish"
+        assert waiter.take_notified() == {TP}
         assert reader.lookup(TP, 1, BIG, None).records == [(1, b"a")]
     finally:
         reader.close()
