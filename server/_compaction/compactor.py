@@ -39,7 +39,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Callable, Mapping
 
-from .._config import OxiaConfig, S3Config, env_int
+from .._config import OxiaConfig, S3Config
 from .._errors import InconsistentReadState, InvalidRequest, ObjectNotFound, PartitionNotInitialized, VersionConflict
 from .._log.reader import LeaderlessLogReader, ResolvedBatch
 from .._log.recovery import materialize_pending
@@ -60,6 +60,7 @@ from .._storage.metastore import EXPECT_ABSENT, MetadataStore, Record
 from .._storage.objectstore import ObjectStore
 from .._storage.stores import Closeable, Stores, use_stores
 from ..leaderless_log_metrics import LlogMetrics
+from .config import DEFAULT_MAX_BYTES, DEFAULT_MAX_OFFSETS, CompactionLimits
 
 __all__ = [
     "LeaderlessLogCompactor",
@@ -77,8 +78,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-DEFAULT_MAX_OFFSETS = 100_000
-DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 DEFAULT_MAX_REFERENCE_AGE_MS = 60_000
 """SPEC 7.0 ``D``: never make the first reference to an object older than this."""
 
@@ -159,15 +158,11 @@ class LeaderlessLogCompactor(Closeable):
     def from_env(
         cls, env: Mapping[str, str] | None = None, *, metrics: LlogMetrics | None = None, **kwargs
     ) -> LeaderlessLogCompactor:
-        """Build from ``LLOG_OXIA_*``, ``LLOG_S3_*`` and
-        ``LLOG_COMPACTOR_MAX_OFFSETS_PER_RUN`` / ``_MAX_BYTES_PER_RUN``."""
-        import os
-
-        env = os.environ if env is None else env
-        kwargs.setdefault(
-            "max_offsets_per_run", env_int(env, "LLOG_COMPACTOR_MAX_OFFSETS_PER_RUN", DEFAULT_MAX_OFFSETS)
-        )
-        kwargs.setdefault("max_bytes_per_run", env_int(env, "LLOG_COMPACTOR_MAX_BYTES_PER_RUN", DEFAULT_MAX_BYTES))
+        """Build from ``LLOG_OXIA_*``, ``LLOG_S3_*`` and the run limits
+        (:class:`CompactionLimits`: ``LLOG_COMPACTOR_MAX_*_PER_RUN``)."""
+        limits = CompactionLimits.from_env(env)
+        kwargs.setdefault("max_offsets_per_run", limits.max_offsets_per_run)
+        kwargs.setdefault("max_bytes_per_run", limits.max_bytes_per_run)
         return cls(OxiaConfig.from_env(env), S3Config.from_env(env), metrics=metrics, **kwargs)
 
     # -- the run -----------------------------------------------------------------

@@ -17,7 +17,43 @@ from .._config import env_int, env_str
 from .._errors import ConfigError, InvalidRequest
 from .._protocol.keys import TopicPartition
 
-__all__ = ["CompactorServiceConfig", "VacuumConfig", "parse_targets", "default_compactor_id"]
+__all__ = [
+    "CompactionLimits",
+    "CompactorServiceConfig",
+    "VacuumConfig",
+    "parse_targets",
+    "default_compactor_id",
+    "DEFAULT_MAX_OFFSETS",
+    "DEFAULT_MAX_BYTES",
+]
+
+DEFAULT_MAX_OFFSETS = 100_000
+DEFAULT_MAX_BYTES = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class CompactionLimits:
+    """How much one compaction run may take on: the one place the limits are
+    read from the environment (the compactor's ``from_env`` and the service)."""
+
+    max_offsets_per_run: int = DEFAULT_MAX_OFFSETS
+    """Offsets per run (LLOG_COMPACTOR_MAX_OFFSETS_PER_RUN)."""
+    max_bytes_per_run: int = DEFAULT_MAX_BYTES
+    """Source bytes per run (LLOG_COMPACTOR_MAX_BYTES_PER_RUN)."""
+
+    def __post_init__(self) -> None:
+        for name in ("max_offsets_per_run", "max_bytes_per_run"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or value < 1:
+                raise ConfigError(f"LLOG_COMPACTOR_{name.upper()} must be >= 1, got {value}")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> CompactionLimits:
+        env = os.environ if env is None else env
+        return cls(
+            max_offsets_per_run=env_int(env, "LLOG_COMPACTOR_MAX_OFFSETS_PER_RUN", DEFAULT_MAX_OFFSETS),
+            max_bytes_per_run=env_int(env, "LLOG_COMPACTOR_MAX_BYTES_PER_RUN", DEFAULT_MAX_BYTES),
+        )
 
 DEFAULT_VACUUM_GRACE_MS = 3_600_000
 """SPEC 7.0 ``G``: one hour, well over twice the 60 s reference deadline ``D``."""
@@ -100,10 +136,10 @@ class CompactorServiceConfig:
     """Uniform random extra on the idle sleep (LLOG_COMPACTOR_IDLE_JITTER_MS)."""
     error_jitter_ms: int = 2_000
     """Uniform random extra on the error sleep (LLOG_COMPACTOR_ERROR_JITTER_MS)."""
-    max_offsets_per_run: int | None = None
-    """Offsets per compaction run; None: the compactor's default (LLOG_COMPACTOR_MAX_OFFSETS_PER_RUN)."""
-    max_bytes_per_run: int | None = None
-    """Source bytes per compaction run; None: the compactor's default (LLOG_COMPACTOR_MAX_BYTES_PER_RUN)."""
+    max_offsets_per_run: int = DEFAULT_MAX_OFFSETS
+    """Offsets per compaction run (LLOG_COMPACTOR_MAX_OFFSETS_PER_RUN)."""
+    max_bytes_per_run: int = DEFAULT_MAX_BYTES
+    """Source bytes per compaction run (LLOG_COMPACTOR_MAX_BYTES_PER_RUN)."""
     blob_cache_bytes: int = 128 * 1024 * 1024
     """Memory for whole shared WAL blobs that several logs compact slices of
     (``blob_cache.py``); 0 fetches every slice by range (LLOG_COMPACTOR_BLOB_CACHE_BYTES)."""
@@ -126,18 +162,13 @@ class CompactorServiceConfig:
             "idle_jitter_ms", "error_jitter_ms", "shutdown_timeout_ms", "blob_cache_bytes",
         ):
             _non_negative(f"LLOG_COMPACTOR_{name.upper()}", getattr(self, name))
-        for name in ("max_offsets_per_run", "max_bytes_per_run"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                raise ConfigError(f"LLOG_COMPACTOR_{name.upper()} must be >= 1, got {value}")
+        CompactionLimits(self.max_offsets_per_run, self.max_bytes_per_run)  # validates both
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> CompactorServiceConfig:
         env = os.environ if env is None else env
 
-        def optional_int(name: str) -> int | None:
-            return None if env_str(env, name) is None else env_int(env, name, 0)
-
+        limits = CompactionLimits.from_env(env)
         return cls(
             compactor_id=env_str(env, "LLOG_COMPACTOR_ID") or default_compactor_id(),
             bind_host=env_str(env, "LLOG_COMPACTOR_BIND_HOST", "127.0.0.1") or "127.0.0.1",
@@ -149,8 +180,8 @@ class CompactorServiceConfig:
             error_sleep_ms=env_int(env, "LLOG_COMPACTOR_ERROR_SLEEP_MS", 5_000),
             idle_jitter_ms=env_int(env, "LLOG_COMPACTOR_IDLE_JITTER_MS", 500),
             error_jitter_ms=env_int(env, "LLOG_COMPACTOR_ERROR_JITTER_MS", 2_000),
-            max_offsets_per_run=optional_int("LLOG_COMPACTOR_MAX_OFFSETS_PER_RUN"),
-            max_bytes_per_run=optional_int("LLOG_COMPACTOR_MAX_BYTES_PER_RUN"),
+            max_offsets_per_run=limits.max_offsets_per_run,
+            max_bytes_per_run=limits.max_bytes_per_run,
             blob_cache_bytes=env_int(env, "LLOG_COMPACTOR_BLOB_CACHE_BYTES", 128 * 1024 * 1024),
             shutdown_timeout_ms=env_int(env, "LLOG_COMPACTOR_SHUTDOWN_TIMEOUT_MS", 30_000),
             vacuum=VacuumConfig.from_env(env),

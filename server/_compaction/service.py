@@ -160,13 +160,9 @@ class CompactorService:
     def _default_compactor(self) -> Compactor:
         from .compactor import LeaderlessLogCompactor
 
-        limits = {}
-        if self.config.max_offsets_per_run is not None:
-            limits["max_offsets_per_run"] = self.config.max_offsets_per_run
-        if self.config.max_bytes_per_run is not None:
-            limits["max_bytes_per_run"] = self.config.max_bytes_per_run
         return LeaderlessLogCompactor(
-            self._oxia_config, self._s3_config, metrics=self.metrics, stores=self._compactor_stores, **limits,
+            self._oxia_config, self._s3_config, metrics=self.metrics, stores=self._compactor_stores,
+            max_offsets_per_run=self.config.max_offsets_per_run, max_bytes_per_run=self.config.max_bytes_per_run,
         )
 
     def _default_vacuum(self) -> VacuumLike:

@@ -656,7 +656,7 @@ def test_config_defaults():
     assert (c.bind_host, c.port, c.workers, c.targets) == ("127.0.0.1", 8090, 2, ())
     assert (c.discovery_interval_ms, c.idle_sleep_ms, c.error_sleep_ms) == (30_000, 1_000, 5_000)
     assert (c.idle_jitter_ms, c.error_jitter_ms) == (500, 2_000)
-    assert (c.max_offsets_per_run, c.max_bytes_per_run) == (None, None)
+    assert (c.max_offsets_per_run, c.max_bytes_per_run) == (100_000, 64 * 1024 * 1024)
     assert c.blob_cache_bytes == 128 * 1024 * 1024
     assert c.vacuum == VacuumConfig(3_600_000, 600_000, True)
     assert c.compactor_id.endswith(f"-{__import__('os').getpid()}")
@@ -675,7 +675,7 @@ def test_config_from_env():
     assert c == CompactorServiceConfig(
         compactor_id="c1", bind_host="0.0.0.0", port=0, targets=(A, B), workers=4, discovery_interval_ms=0,
         idle_sleep_ms=10, error_sleep_ms=20, idle_jitter_ms=1, error_jitter_ms=2, max_offsets_per_run=1000,
-        max_bytes_per_run=None, shutdown_timeout_ms=3, vacuum=VacuumConfig(5, 0, False),
+        max_bytes_per_run=64 * 1024 * 1024, shutdown_timeout_ms=3, vacuum=VacuumConfig(5, 0, False),
     )
 
 
