@@ -22,10 +22,11 @@ A round over the partitions that may have something new:
    repeated while the request waits: records that another broker writes
    during the wait are found by the next request (at most ``max_wait_ms``
    later). A partition that already returns records needs no check.
-3. **Storage**: ``meta/control`` and the sparse index (``scan_batches``) for
-   every missed partition in parallel, then one ``fetch_many`` per blob
-   (blobs in parallel), so slices of one shared WAL blob wanted by several
-   partitions are fetched with one range GET per request.
+3. **Storage** (``consume_storage.py``): ``meta/control`` and the sparse
+   index (``scan_batches``) for every missed partition in parallel, then one
+   ``fetch_many`` per blob (blobs in parallel), so slices of one shared WAL
+   blob wanted by several partitions are fetched with one range GET per
+   request.
 
 The byte budget is then handed out in request order over what the cache and
 storage found, so the answer does not depend on which partitions were cached.
@@ -57,72 +58,26 @@ import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence, TypeVar
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence, TypeVar
 
-from .._errors import LlogError, ObjectNotFound, OffsetOutOfRange
-from .._log.reader import LeaderlessLogReader, ResolvedBatch
-from .._protocol.keys import PartitionKeys, TopicPartition
+from .._errors import LlogError, OffsetOutOfRange
+from .._log.reader import LeaderlessLogReader
+from .._protocol.keys import TopicPartition
 from ..leaderless_log_metrics import LlogMetrics
 from .codec import (
     LOG_START_OFFSET,
     ConsumedPartition,
-    ConsumePartition,
     ConsumeRequest,
 )
+from .consume_storage import Fetch, StorageReads
 from .tail_cache import HIT, TAIL, NullTailCache, TailCache, TailSignals, take_records
 
 __all__ = ["BrokerConsumeService", "ConsumeResult"]
 
 log = logging.getLogger(__name__)
 
-_BATCH_HEADER_BYTES = 20
-_RECORD_PREFIX_BYTES = 4
-MAX_BATCHES_PER_PARTITION = 256
-"""Index entries one partition resolves per round (bounds one request's work)."""
-
 T = TypeVar("T")
-
-
-@dataclass
-class _Fetch:
-    """One partition's progress within one request."""
-
-    req: ConsumePartition
-    tp: TopicPartition
-    next_offset: int
-    records: list[tuple[int, bytes]] = field(default_factory=list)
-    nbytes: int = 0
-    hw: int | None = None
-    error: LlogError | None = None
-    validated: bool = False
-    """Oxia confirmed during this request that nothing is past ``next_offset - 1``."""
-    deferred: bool = False
-    """Oxia was ahead of the cache while this broker's own flush to the
-    partition was in flight: wait for that flush to land in the cache."""
-    stopped: bool = False
-
-    @property
-    def active(self) -> bool:
-        return self.error is None and not self.stopped and self.nbytes < self.req.partition_max_bytes
-
-    def fail(self, exc: LlogError) -> None:
-        """A partition that already has records keeps them and stops (the
-        error shows on the next request); otherwise it answers the error."""
-        if self.records:
-            self.stopped = True
-        else:
-            self.error = exc
-
-    def see_hw(self, hw: int | None) -> None:
-        if hw is not None and (self.hw is None or hw > self.hw):
-            self.hw = hw
-
-    def take(self, records: list[tuple[int, bytes]], nbytes: int) -> None:
-        if records:
-            self.records += records
-            self.nbytes += nbytes
-            self.next_offset = records[-1][0] + 1
 
 
 @dataclass(frozen=True)
@@ -156,6 +111,7 @@ class BrokerConsumeService:
         self.metrics = metrics or reader.metrics
         self._pool = ThreadPoolExecutor(storage_threads, thread_name_prefix="llog-consume")
         self._closed = threading.Event()
+        self._storage = StorageReads(reader, self.metrics, self._map)
 
     def close(self) -> None:
         """Wake every waiting request (each answers with what it has) and stop."""
@@ -217,10 +173,10 @@ class BrokerConsumeService:
         return self._result(fetches, started, waited_s)
 
     @staticmethod
-    def _fetches(request: ConsumeRequest) -> list[_Fetch]:
+    def _fetches(request: ConsumeRequest) -> list[Fetch]:
         """One fetch per requested partition; an offset below the log start is
         its answer already (OFFSET_OUT_OF_RANGE)."""
-        fetches = [_Fetch(p, TopicPartition(p.topic, p.partition), p.fetch_offset) for p in request.partitions]
+        fetches = [Fetch(p, TopicPartition(p.topic, p.partition), p.fetch_offset) for p in request.partitions]
         for f in fetches:
             if f.req.fetch_offset < LOG_START_OFFSET:
                 f.error = OffsetOutOfRange(
@@ -229,7 +185,7 @@ class BrokerConsumeService:
                 )
         return fetches
 
-    def _result(self, fetches: Sequence[_Fetch], started: float, waited_s: float) -> ConsumeResult:
+    def _result(self, fetches: Sequence[Fetch], started: float, waited_s: float) -> ConsumeResult:
         parts = tuple(
             ConsumedPartition(
                 topic=f.tp.topic,
@@ -254,7 +210,7 @@ class BrokerConsumeService:
         return ConsumeResult(parts, int(waited_s * 1000), count, nbytes)
 
     @staticmethod
-    def _ready(fetches: Sequence[_Fetch], request: ConsumeRequest) -> bool:
+    def _ready(fetches: Sequence[Fetch], request: ConsumeRequest) -> bool:
         total = sum(f.nbytes for f in fetches)
         return (
             total >= request.min_bytes
@@ -264,7 +220,7 @@ class BrokerConsumeService:
         )
 
     @staticmethod
-    def _budget(f: _Fetch, total: int, request: ConsumeRequest) -> tuple[int, int | None]:
+    def _budget(f: Fetch, total: int, request: ConsumeRequest) -> tuple[int, int | None]:
         """``(limit, first_limit)`` for :func:`take_records` (see the module doc)."""
         left_total = request.max_bytes - total
         limit = max(0, min(left_total, f.req.partition_max_bytes - f.nbytes))
@@ -274,14 +230,14 @@ class BrokerConsumeService:
             return limit, None
         return limit, max(0, left_total)
 
-    def _round(self, todo: Sequence[_Fetch], fetches: Sequence[_Fetch], request: ConsumeRequest) -> None:
+    def _round(self, todo: Sequence[Fetch], fetches: Sequence[Fetch], request: ConsumeRequest) -> None:
         """Gather candidate records for ``todo`` (cache, then storage), then
         hand out the byte budget in request order, so the answer does not
         depend on which partitions the cache could serve."""
         total = sum(f.nbytes for f in fetches)
         candidates: dict[int, list[tuple[int, bytes]]] = {}
-        claims: list[_Fetch] = []
-        storage: list[_Fetch] = []
+        claims: list[Fetch] = []
+        storage: list[Fetch] = []
         for f in todo:
             if not f.active:
                 continue
@@ -317,15 +273,15 @@ class BrokerConsumeService:
                 else:
                     storage.append(f)
         if storage:
-            candidates.update(self._read_storage(storage, request.max_bytes - total))
+            candidates.update(self._storage.read(storage, request.max_bytes - total))
         self._assign(todo, candidates, total, request)
 
-    def _read_into(self, parts: list[_Fetch], fetches: Sequence[_Fetch], request: ConsumeRequest) -> None:
+    def _read_into(self, parts: list[Fetch], fetches: Sequence[Fetch], request: ConsumeRequest) -> None:
         total = sum(f.nbytes for f in fetches)
-        self._assign(parts, self._read_storage(parts, request.max_bytes - total), total, request)
+        self._assign(parts, self._storage.read(parts, request.max_bytes - total), total, request)
 
     def _assign(
-        self, todo: Sequence[_Fetch], candidates: dict[int, list[tuple[int, bytes]]], total: int,
+        self, todo: Sequence[Fetch], candidates: dict[int, list[tuple[int, bytes]]], total: int,
         request: ConsumeRequest,
     ) -> None:
         """Hand out the byte budget to the candidates in request order."""
@@ -337,10 +293,10 @@ class BrokerConsumeService:
                 f.take(records, nbytes)
                 total += nbytes
 
-    def _validate(self, claims: list[_Fetch]) -> list[_Fetch]:
+    def _validate(self, claims: list[Fetch]) -> list[Fetch]:
         """Check the cache's "nothing past the tail" claims against Oxia; return
         the partitions that do have more (written through another broker)."""
-        more: list[_Fetch] = []
+        more: list[Fetch] = []
         for f, outcome in zip(claims, self._map(lambda f: self.reader.control(f.tp.topic, f.tp.partition), claims)):
             if isinstance(outcome, LlogError):
                 f.fail(outcome)
@@ -360,134 +316,6 @@ class BrokerConsumeService:
                 more.append(f)
         return more
 
-    # -- storage ---------------------------------------------------------------------
-    def _read_storage(self, parts: list[_Fetch], left_total: int) -> dict[int, list[tuple[int, bytes]]]:
-        """Candidate records of ``parts`` from Oxia and S3, keyed by ``id(fetch)``."""
-        budgets = [
-            0 if left_total <= 0 else max(1, min(left_total, f.req.partition_max_bytes - f.nbytes))
-            for f in parts
-        ]
-        plans = self._map(lambda fb: self._plan(*fb), list(zip(parts, budgets)))
-        items: list[tuple[PartitionKeys, ResolvedBatch]] = []
-        owners: list[_Fetch] = []
-        planned: list[tuple[_Fetch, list[ResolvedBatch]]] = []
-        for f, plan in zip(parts, plans):
-            if isinstance(plan, LlogError):
-                f.fail(plan)
-                continue
-            hw, batches = plan
-            f.see_hw(hw)
-            if f.next_offset > hw:
-                f.validated = True
-            # Share what is left of max_bytes out in request order, as the
-            # answer will, so bytes that could not be returned are not fetched.
-            kept, est = [], 0.0
-            for b in batches:
-                if kept and est >= left_total:
-                    break
-                kept.append(b)
-                est += _payload_estimate(b, f.next_offset)
-            batches = kept if left_total > 0 else []
-            left_total -= int(min(est, left_total))
-            keys = self.reader.layout.partition(f.tp.topic, f.tp.partition)
-            items += [(keys, b) for b in batches]
-            owners += [f] * len(batches)
-            planned.append((f, batches))
-        payloads = self._fetch(items, owners)
-        by_batch = {id(b): p for (_, b), p in zip(items, payloads)}
-        self.metrics.inc("consume_storage_reads_total", len(planned))
-        return {
-            id(f): list(self._records(f, batches, by_batch))
-            for f, batches in planned
-            if batches and f.active
-        }
-
-    def _plan(self, f: _Fetch, budget: int) -> tuple[int, list[ResolvedBatch]]:
-        """The partition's high watermark and the batches worth fetching."""
-        control = self.reader.control(f.tp.topic, f.tp.partition)
-        hw = control.high_watermark
-        if f.next_offset > hw or budget <= 0:
-            return hw, []
-        batches: list[ResolvedBatch] = []
-        est = 0.0
-        for b in self.reader.scan_batches(f.tp.topic, f.tp.partition, f.next_offset, hw, control=control):
-            batches.append(b)
-            est += _payload_estimate(b, f.next_offset)
-            if est >= budget or len(batches) >= MAX_BATCHES_PER_PARTITION:
-                break
-        return hw, batches
-
-    def _fetch(
-        self, items: list[tuple[PartitionKeys, ResolvedBatch]], owners: list[_Fetch]
-    ) -> list[list[bytes] | None]:
-        """Every batch's payloads: one ``fetch_many`` per blob (so slices of one
-        shared blob wanted by several partitions cost one range GET), blobs in
-        parallel. When a blob fails, its partitions are retried one by one so
-        one bad partition does not fail the others."""
-        out: list[list[bytes] | None] = [None] * len(items)
-        by_blob: dict[str, list[int]] = {}
-        for i, (_, batch) in enumerate(items):
-            by_blob.setdefault(batch.entry.data_key, []).append(i)
-        groups = list(by_blob.values())
-        failed: list[int] = []
-        for idxs, got in zip(groups, self._map(lambda g: self.reader.fetch_many([items[i] for i in g]), groups)):
-            if isinstance(got, LlogError):
-                failed += idxs
-                continue
-            for i, payloads in zip(idxs, got):
-                out[i] = payloads
-        by_owner: dict[int, list[int]] = {}
-        for i in failed:
-            by_owner.setdefault(id(owners[i]), []).append(i)
-        for idxs in by_owner.values():
-            f = owners[idxs[0]]
-            try:
-                got = self.reader.fetch_many([items[i] for i in idxs])
-            except ObjectNotFound:
-                # The WAL object was vacuumed after a compaction: the reader's
-                # own scan resolves the compacted entry that covers it.
-                got = self._reread(f, [items[i][1] for i in idxs])
-            except LlogError as exc:
-                f.fail(exc)
-                continue
-            if got is None:
-                continue
-            for i, payloads in zip(idxs, got):
-                out[i] = payloads
-        return out
-
-    def _reread(self, f: _Fetch, batches: list[ResolvedBatch]) -> list[list[bytes]] | None:
-        """Payload lists for ``batches`` read through ``iter_from``. Only the
-        slots from ``f.next_offset`` on are read by ``_records``; the slots
-        before it are placeholders."""
-        try:
-            end = batches[-1].end_offset
-            got = {r.offset: r.payload for r in self.reader.iter_from(f.tp.topic, f.tp.partition, f.next_offset, end)}
-        except LlogError as exc:
-            f.fail(exc)
-            return None
-        out: list[list[bytes]] = []
-        for b in batches:
-            wanted = range(max(b.start_offset, f.next_offset), b.end_offset + 1)
-            if not all(off in got for off in wanted):
-                out.append([])  # _records stops at an empty batch
-                continue
-            out.append([got.get(off, b"") for off in range(b.start_offset, b.end_offset + 1)])
-        return out
-
-    @staticmethod
-    def _records(
-        f: _Fetch, batches: list[ResolvedBatch], by_batch: dict[int, list[bytes] | None]
-    ) -> Iterable[tuple[int, bytes]]:
-        expected = f.next_offset
-        for b in batches:
-            payloads = by_batch.get(id(b))
-            if not payloads or b.start_offset > expected:
-                return
-            for off in range(max(expected, b.start_offset), b.end_offset + 1):
-                yield off, payloads[off - b.start_offset]
-            expected = b.end_offset + 1
-
     def _map(self, fn: Callable[[Any], T], args: list) -> list[T | LlogError]:
         """``fn`` over ``args`` (in parallel when more than one); an LlogError
         is returned in place of its result."""
@@ -504,16 +332,3 @@ class BrokerConsumeService:
         if len(args) <= 1 or self._closed.is_set():
             return [call(a) for a in args]
         return list(self._pool.map(call, args))
-
-
-def _payload_estimate(batch: ResolvedBatch, from_offset: int) -> float:
-    """Payload bytes of ``batch`` from ``from_offset`` on, from the index entry
-    alone (its byte length minus the batch framing); unknown (whole-object
-    entries) counts as unbounded so planning stops there."""
-    entry = batch.entry
-    if entry.byte_length is None:
-        return float("inf")
-    count = batch.end_offset - batch.start_offset + 1
-    payload = entry.byte_length - _BATCH_HEADER_BYTES - _RECORD_PREFIX_BYTES * count
-    wanted = batch.end_offset - max(from_offset, batch.start_offset) + 1
-    return max(0, payload) * wanted / count
