@@ -1,11 +1,9 @@
-"""The HTTP broker: /produce and /consume over the writer and the reader.
+"""The broker: /produce and /consume over a producer, a reader and a tail cache.
 
-    python -m server.leaderless_log_broker --role both --port 8080
-    llog-broker --help
-
-One process, Python's ``ThreadingHTTPServer`` (a thread per connection,
-HTTP/1.1 keep-alive). Routes (the contract is in ``server/HTTP_API.md`` and
-``server/openapi.yaml``)::
+One :class:`Broker` holds the routes (``Broker.produce(body) -> Response``,
+...) and the lifecycle; the HTTP plumbing is ``http.py``, the process entry
+point (flags, ``serve``, ``main``) is ``cli.py``. Routes (the contract is in
+``server/HTTP_API.md`` and ``server/openapi.yaml``)::
 
     GET  /health              {"status", "broker_id", "host", "port", "started_at_ms"}
     GET  /metrics             JSON metrics snapshot plus broker info
@@ -13,40 +11,43 @@ HTTP/1.1 keep-alive). Routes (the contract is in ``server/HTTP_API.md`` and
     POST /produce             role write or both
     POST /consume             role read or both
 
+Built from parts: ``Broker(config, producer=..., reader=..., cache=...,
+metrics=...)`` (what the unit tests do, over the in-memory stores), or
+``Broker.from_env(config)``, which builds the parts from ``LLOG_*`` as the
+process does.
+
 Produce: one request's batches go to the shared ``BatchingProducer`` in one
 ``submit`` (so they share one flush; no process-wide lock around it), and the
 committed results fill the tail cache before the answer is sent. Consume:
 ``BrokerConsumeService`` (tail cache, then Oxia/S3; long-polls on the
 handler thread).
 
-Shutdown (SIGTERM or SIGINT): stop accepting connections, answer requests
-on open connections with 503, wake long-polling consumes, flush and close
-the producer (every accepted produce gets its answer), then close.
+Shutdown (:meth:`Broker.close`): answer requests with 503, wake long-polling
+consumes, flush and close the producer (every accepted produce gets its
+answer), wait for the requests in flight, then close the cache and the reader.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
+import functools
 import logging
 import os
-import signal
-import sys
 import threading
 import time
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
-from .._config import BatchConfig, OxiaConfig
-from .._errors import BackPressureRejected, ConfigError, LlogError, ProducerClosed
-from .._log.reader import LeaderlessLogReader
+from .._config import OxiaConfig
+from .._errors import BackPressureRejected, ConfigError, InvalidRequest, LlogError, ProducerClosed
+from .._http_server import PROMETHEUS, Response, error_response
 from .._log.producer import BatchingProducer
-from .._log.writer import LeaderlessLogWriter
+from .._log.reader import LeaderlessLogReader
 from .._protocol.keys import TopicPartition
 from .._protocol.structs import AppendResult, SharedAppendGroup
 from ..leaderless_log_metrics import LlogMetrics
 from .codec import (
+    InvalidField,
     TooLarge,
     append_result_json,
     consumed_partition_json,
@@ -54,57 +55,130 @@ from .codec import (
     parse_json_body,
     parse_produce,
 )
-from .config import ROLES, BrokerConfig
+from .config import BrokerConfig
 from .consume import BrokerConsumeService
-from .http import PROMETHEUS, BrokerHTTPServer, Response, error_response
-from .tail_cache import MemoryTailCache, NullTailCache, TailCache, TailSignals
+from .tail_cache import MemoryTailCache, NullTailCache, TailCache
 from .tail_cache_file import FileTailCache, namespace_key
 
-__all__ = ["Broker", "BrokerHTTPServer", "Response", "main", "serve"]
+__all__ = ["Broker", "make_tail_cache"]
 
 log = logging.getLogger(__name__)
 
 
+_Route = Callable[["Broker", bytes], Response]
+
+
+def _answers_errors(route: _Route) -> _Route:
+    """A route method answers every error it expects with a Response: 400 a
+    malformed request (naming the field), 413 one over a limit, 503 or 500 a
+    log error (by whether a retry can help). Only a bug escapes (the HTTP
+    handler answers it 500)."""
+
+    @functools.wraps(route)
+    def answer(self: Broker, body: bytes) -> Response:
+        try:
+            return route(self, body)
+        except TooLarge as exc:
+            return error_response(413, exc.message, "RequestTooLarge", exc.field)
+        except InvalidField as exc:
+            return error_response(400, exc.message, "InvalidRequest", exc.field)
+        except InvalidRequest as exc:
+            return error_response(400, str(exc), "InvalidRequest")
+        except LlogError as exc:
+            log.warning("%s failed: %s", route.__name__, exc)
+            return error_response(
+                503 if exc.retriable else 500, str(exc), type(exc).__name__, retriable=exc.retriable
+            )
+
+    return answer
+
+
 class Broker:
-    """The broker's services and lifecycle, independent of the HTTP plumbing."""
+    """The broker's routes and lifecycle over its parts, independent of the HTTP plumbing.
+
+    Parts: ``producer`` (None for role ``read``), ``reader`` (None for role
+    ``write``), ``cache`` (the tail cache; it carries the ``TailSignals`` its
+    publishes notify and consume requests wait on, so the two sides cannot
+    use different registries) and ``metrics`` (the registry the parts report
+    to as well).
+
+    Ownership: the broker owns the parts it is given. :meth:`close` drains
+    and closes them in the one order that answers every accepted request (wake
+    long-polls, close the producer: it flushes what it accepted and refuses
+    the rest; wait for the requests in flight; flush and close the cache;
+    close the reader): only the broker knows when its last request is done.
+    What a part holds stays with the part: the producer closes its writer
+    when it owns it (``BatchingProducer(owns_writer=True)``, as
+    :meth:`from_env` builds it). Every ``close()`` is idempotent, so the
+    maker of a part may close it again.
+    """
 
     def __init__(
         self,
         config: BrokerConfig,
-        env: Mapping[str, str],
         *,
-        metrics: LlogMetrics | None = None,
+        producer: BatchingProducer | None,
+        reader: LeaderlessLogReader | None,
+        cache: TailCache,
+        metrics: LlogMetrics,
     ) -> None:
+        _check_parts(config, producer, reader)
         self.config = config
-        self.metrics = metrics or LlogMetrics(static_labels={"broker_id": config.broker_id})
+        self.producer = producer
+        self.reader = reader
+        self.cache = cache
+        self.signals = cache.signals
+        self.metrics = metrics
         self.started_at_ms = int(time.time() * 1000)
         self.port = config.port
-        self.signals = TailSignals()
-        self.writer: LeaderlessLogWriter | None = None
-        self.producer: BatchingProducer | None = None
-        self.reader: LeaderlessLogReader | None = None
-        self.consume_service: BrokerConsumeService | None = None
         self._draining = threading.Event()
         self._pending_lock = threading.Lock()
         self._pending_writes: dict[TopicPartition, int] = {}
         self._inflight = 0
         self._inflight_cond = threading.Condition()
         self._closed = False
-        oxia = OxiaConfig.from_env(env)
-        self.cache: TailCache = self._make_cache(oxia)
+        self.consume_service: BrokerConsumeService | None = None
+        if reader is not None:
+            self.consume_service = BrokerConsumeService(
+                reader, cache, cache.signals, metrics=metrics, local_writes_pending=self._writes_pending,
+            )
+        self._report_info()
+
+    @classmethod
+    def from_env(
+        cls,
+        config: BrokerConfig,
+        env: Mapping[str, str] | None = None,
+        *,
+        metrics: LlogMetrics | None = None,
+    ) -> Broker:
+        """A broker over parts built from the environment (``LLOG_OXIA_*``,
+        ``LLOG_S3_*``, ``LLOG_ROOT_PREFIX``, ``LLOG_BATCH_*``): the tail cache
+        ``config`` asks for, a producer over its own writer (roles write and
+        both), a reader (roles read and both). The broker owns them; closing
+        it closes the writer too (the producer owns it)."""
+        env = os.environ if env is None else env
+        metrics = metrics or LlogMetrics(static_labels={"broker_id": config.broker_id})
+        built: list[Any] = []
         try:
+            cache = make_tail_cache(config, OxiaConfig.from_env(env), metrics)
+            built.append(cache)
+            producer = reader = None
             if config.serves_produce:
-                self.writer = LeaderlessLogWriter.from_env(env, metrics=self.metrics)
-                self.producer = BatchingProducer(self.writer, BatchConfig.from_env(env), metrics=self.metrics)
+                producer = BatchingProducer.from_env(env, metrics=metrics)
+                built.append(producer)
             if config.serves_consume:
-                self.reader = LeaderlessLogReader.from_env(env, metrics=self.metrics)
-                self.consume_service = BrokerConsumeService(
-                    self.reader, self.cache, self.signals, metrics=self.metrics,
-                    local_writes_pending=self._writes_pending,
-                )
+                reader = LeaderlessLogReader.from_env(env, metrics=metrics)
+                built.append(reader)
+            return cls(config, producer=producer, reader=reader, cache=cache, metrics=metrics)
         except BaseException:
-            self.close()
+            for part in reversed(built):
+                part.close()
             raise
+
+    def _report_info(self) -> None:
+        config = self.config
+        part: Any = self.producer.writer if self.producer is not None else self.reader
         self.metrics.set_info(
             broker_id=config.broker_id,
             role=config.role,
@@ -116,7 +190,7 @@ class Broker:
             max_request_bytes=config.max_request_bytes,
             max_records_per_request=config.max_records_per_request,
             max_wait_ms_cap=config.max_wait_ms_cap,
-            root_prefix=oxia.root_prefix,
+            root_prefix=part.layout.root,
         )
         self.metrics.set_gauge("broker_info", 1, role=config.role, tail_cache_mode=self.cache.mode)
         # Present (at 0) from the start, so dashboards and rate() see them.
@@ -129,24 +203,6 @@ class Broker:
                       "consume_storage_reads_total", "tail_cache_evictions_total"]
         for name in names:
             self.metrics.inc(name, 0)
-
-    def _make_cache(self, oxia: OxiaConfig) -> TailCache:
-        c = self.config
-        if not c.tail_cache_enabled:
-            return NullTailCache(self.signals)
-        if c.tail_cache_dir:
-            return FileTailCache(
-                c.tail_cache_dir,
-                namespace_key(oxia.service_address, oxia.namespace, oxia.root_prefix),
-                c.tail_cache_max_bytes,
-                self.signals,
-                self.metrics,
-                writer=c.serves_produce,
-                poll_ms=c.tail_cache_poll_ms,
-            )
-        if c.role == "both":
-            return MemoryTailCache(c.tail_cache_max_bytes, self.signals, self.metrics)
-        return NullTailCache(self.signals)  # nothing in this process would read or fill it
 
     # -- lifecycle -------------------------------------------------------------------
     @property
@@ -163,7 +219,10 @@ class Broker:
             self._inflight_cond.notify_all()
 
     def close(self, timeout_s: float = 30.0) -> None:
-        """Drain: wake long-polls, flush the producer, wait for requests, close."""
+        """Drain and close the parts: wake long-polls, close the producer (it
+        flushes what it accepted; later produces get 503 ``ProducerClosed``),
+        wait up to ``timeout_s`` for requests in flight, flush and close the
+        cache, close the reader. Safe to call twice."""
         if self._closed:
             return
         self._closed = True
@@ -176,11 +235,11 @@ class Broker:
             self._inflight_cond.wait_for(lambda: self._inflight <= 0, timeout_s)
         self.cache.flush()
         self.cache.close()
-        for part in (self.writer, self.reader):
-            if part is not None:
-                part.close()
+        if self.reader is not None:
+            self.reader.close()
 
     # -- routes ------------------------------------------------------------------------
+    @_answers_errors
     def health(self, body: bytes) -> Response:
         return Response(200, {
             "status": "ok",
@@ -190,6 +249,7 @@ class Broker:
             "started_at_ms": self.started_at_ms,
         })
 
+    @_answers_errors
     def metrics_json(self, body: bytes) -> Response:
         self._refresh_gauges()
         snap = self.metrics.snapshot()
@@ -203,6 +263,7 @@ class Broker:
         }
         return Response(200, snap)
 
+    @_answers_errors
     def metrics_prometheus(self, body: bytes) -> Response:
         self._refresh_gauges()
         return Response(200, self.metrics.prometheus_text().encode("utf-8"), PROMETHEUS)
@@ -212,6 +273,7 @@ class Broker:
         with self._inflight_cond:
             self.metrics.set_gauge("http_inflight_requests", self._inflight)
 
+    @_answers_errors
     def produce(self, body: bytes) -> Response:
         if self.producer is None:
             return self._role_refused("POST /produce", "write")
@@ -318,6 +380,7 @@ class Broker:
                 self.metrics.inc("produce_failed_batches_total", error=type(r.error).__name__)
         return Response(status, body, headers=headers)
 
+    @_answers_errors
     def consume(self, body: bytes) -> Response:
         if self.consume_service is None:
             return self._role_refused("POST /consume", "read")
@@ -340,96 +403,36 @@ class Broker:
         )
 
 
-# -- process entry point -----------------------------------------------------------------
+def _check_parts(
+    config: BrokerConfig, producer: BatchingProducer | None, reader: LeaderlessLogReader | None
+) -> None:
+    """The parts a role needs, and no others: a part the role never uses would be a resource held for nothing."""
+    for name, part, needed in (
+        ("producer", producer, config.serves_produce),
+        ("reader", reader, config.serves_consume),
+    ):
+        if (part is not None) != needed:
+            raise ConfigError(
+                f"a broker with role {config.role!r} needs {'a' if needed else 'no'} {name}, "
+                f"got {'none' if part is None else type(part).__name__}"
+            )
 
 
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        prog="python -m server.leaderless_log_broker",
-        description=(
-            "llog HTTP broker: POST /produce and POST /consume over Oxia + S3, "
-            "with GET /health, /metrics and /metrics/prometheus."
-        ),
-        epilog=(
-            "Flags override the environment. Also read: LLOG_OXIA_* and LLOG_S3_* (where the log "
-            "lives), LLOG_ROOT_PREFIX, LLOG_BATCH_MAX_BYTES / _MAX_DELAY_MS / _MAX_BUFFER_BYTES "
-            "(batching), LLOG_BROKER_MAX_REQUEST_BYTES, LLOG_BROKER_MAX_RECORDS_PER_REQUEST, "
-            "LLOG_BROKER_MAX_WAIT_MS, LLOG_BROKER_PRODUCE_TIMEOUT_MS, LLOG_TAIL_CACHE_POLL_MS. "
-            "See .env.example and server/HTTP_API.md."
-        ),
-    )
-    p.add_argument("--role", choices=ROLES, help="endpoints to serve (default both; LLOG_BROKER_ROLE)")
-    p.add_argument("--broker-id", help="name in /health and /metrics (LLOG_BROKER_ID; default broker-HOST-PID)")
-    p.add_argument("--host", help="bind address (LLOG_BROKER_HOST; default 127.0.0.1)")
-    p.add_argument("--port", type=int, help="bind port, 0 = any free port (LLOG_BROKER_PORT; default 8080)")
-    p.add_argument("--tail-cache-dir", help="shared file-backed tail cache directory (LLOG_TAIL_CACHE_DIR)")
-    p.add_argument(
-        "--tail-cache-max-bytes", type=int,
-        help="tail cache cap, 0 disables (LLOG_TAIL_CACHE_MAX_BYTES; default 512 MiB)",
-    )
-    p.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
-    return p.parse_args(argv)
-
-
-def serve(config: BrokerConfig, env: Mapping[str, str], stop: threading.Event) -> None:
-    """Run a broker until ``stop`` is set, then shut down gracefully."""
-    broker = Broker(config, env)
-    try:
-        server = BrokerHTTPServer(broker)
-    except BaseException:
-        broker.close()
-        raise
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, name="llog-broker-http")
-    thread.start()
-    try:
-        # One machine-readable line on stdout: how tests and scripts learn the
-        # port. If nobody reads it any more (the parent died: BrokenPipeError)
-        # the broker shuts down rather than serve on, unannounced.
-        print(json.dumps({
-            "event": "listening", "broker_id": config.broker_id, "role": config.role,
-            "host": config.host, "port": broker.port, "tail_cache": broker.cache.mode,
-        }), flush=True)
-        log.info("broker %s (role %s) listening on http://%s:%d", config.broker_id, config.role, config.host,
-                 broker.port)
-        stop.wait()
-    finally:
-        log.info("broker %s shutting down", config.broker_id)
-        server.shutdown()  # stop accepting
-        server.server_close()
-        thread.join()
-        broker.close()
-        log.info("broker %s stopped", config.broker_id)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(), stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s %(threadName)s: %(message)s",
-    )
-    try:
-        config = BrokerConfig.from_env(
-            os.environ,
-            role=args.role,
-            broker_id=args.broker_id,
-            host=args.host,
-            port=args.port,
-            tail_cache_dir=args.tail_cache_dir,
-            tail_cache_max_bytes=args.tail_cache_max_bytes,
+def make_tail_cache(config: BrokerConfig, oxia: OxiaConfig, metrics: LlogMetrics) -> TailCache:
+    """The tail cache ``config`` asks for: off, file-backed in a shared
+    directory (namespaced by the Oxia service, namespace and root prefix), or
+    in memory when this process both fills and reads it."""
+    if not config.tail_cache_enabled:
+        return NullTailCache()
+    if config.tail_cache_dir:
+        return FileTailCache(
+            config.tail_cache_dir,
+            namespace_key(oxia.service_address, oxia.namespace, oxia.root_prefix),
+            config.tail_cache_max_bytes,
+            metrics=metrics,
+            writer=config.serves_produce,
+            poll_ms=config.tail_cache_poll_ms,
         )
-    except ConfigError as exc:
-        print(f"llog-broker: {exc}", file=sys.stderr)
-        return 2
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    try:
-        serve(config, os.environ, stop)
-    except ConfigError as exc:
-        print(f"llog-broker: {exc}", file=sys.stderr)
-        return 2
-    except (LlogError, OSError) as exc:
-        print(f"llog-broker: cannot start: {exc}", file=sys.stderr)
-        return 1
-    return 0
-
+    if config.role == "both":
+        return MemoryTailCache(config.tail_cache_max_bytes, metrics=metrics)
+    return NullTailCache()  # nothing in this process would read or fill it

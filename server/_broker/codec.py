@@ -31,7 +31,6 @@ from .._errors import (
     PartitionNotInitialized,
     StorageError,
 )
-from .._protocol.http_error import error_body
 from .._protocol.keys import validate_topic
 from .._protocol.structs import AppendResult, SharedAppendGroup
 
@@ -50,8 +49,6 @@ __all__ = [
     "decode_record",
     "encode_value",
     "append_result_json",
-    "error_body",
-    "dumps",
     "DEFAULT_MAX_WAIT_MS",
     "DEFAULT_MIN_BYTES",
     "DEFAULT_MAX_BYTES",
@@ -98,11 +95,6 @@ def parse_json_body(body: bytes) -> dict[str, Any]:
     if not isinstance(doc, dict):
         raise InvalidField(f"request body must be a JSON object, got {_json_type(doc)}", None)
     return doc
-
-
-def dumps(doc: object) -> bytes:
-    """Compact UTF-8 JSON."""
-    return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
 def _json_type(value: object) -> str:

@@ -1,26 +1,26 @@
-"""The broker's HTTP plumbing: routing, body limits, JSON answers, the server.
+"""The broker's HTTP plumbing: routing, body limits, the server.
 
 ``_Handler`` turns each request into a call of a route method of the broker
-(``Broker.produce(body) -> Response``, ...), after checking the path, the
-method (405 with ``Allow``) and the body (411 without a ``Content-Length``,
-413 past ``max_request_bytes`` before reading it). Every answer carries a
-``Content-Length`` (HTTP/1.1 keep-alive); an error answered without reading
-the body skips it, or closes the connection when it cannot. Requests are
-counted in flight until their answer is written, so a shutdown waits for
-them.
+(``Broker.produce(body) -> Response``, ...; a route answers its own errors),
+after checking the path, the method (405 with ``Allow``) and the body (411
+without a ``Content-Length``, 413 past ``max_request_bytes`` before reading
+it). An error answered without reading the body skips it, or closes the
+connection when it cannot. Requests are counted in flight until their answer
+is written, so a shutdown waits for them. Writing answers, keep-alive and the
+JSON answer to requests the standard library refuses come from the base both
+services share (``server/_http_server.py``); ``Response`` and
+``error_response`` are re-exported from there.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from http.server import ThreadingHTTPServer
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from .._errors import InvalidRequest, LlogError
-from .codec import InvalidField, TooLarge, dumps, error_body
+from .._http_server import JSON, PROMETHEUS, JSONRequestHandler, Response, error_response
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -29,8 +29,6 @@ __all__ = ["Response", "BrokerHTTPServer", "ROUTES", "JSON", "PROMETHEUS", "erro
 
 log = logging.getLogger(__name__)
 
-JSON = "application/json"
-PROMETHEUS = "text/plain; version=0.0.4; charset=utf-8"
 ROUTES: dict[str, dict[str, str]] = {
     "/health": {"GET": "health"},
     "/metrics": {"GET": "metrics_json"},
@@ -41,43 +39,11 @@ ROUTES: dict[str, dict[str, str]] = {
 _KNOWN_METHODS = {"GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"}
 
 
-class Response:
-    """What a route answers: status, body bytes, content type, extra headers."""
-
-    __slots__ = ("status", "body", "content_type", "headers", "close")
-
-    def __init__(
-        self,
-        status: int,
-        body: bytes | Mapping[str, Any],
-        content_type: str = JSON,
-        headers: Sequence[tuple[str, str]] = (),
-        close: bool = False,
-    ) -> None:
-        self.status = status
-        self.body = body if isinstance(body, bytes) else dumps(body)
-        self.content_type = content_type
-        self.headers = tuple(headers)
-        self.close = close
-
-
-def error_response(status: int, message: str, error_type: str, field: str | None = None, **kw: Any) -> Response:
-    """A JSON error answer; ``headers`` and ``close`` go to the Response, any
-    other keyword into the body (``role``, ``retriable``)."""
-    headers = kw.pop("headers", ())
-    close = kw.pop("close", False)
-    return Response(status, error_body(message, error_type, field, **kw), headers=headers, close=close)
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
+class _Handler(JSONRequestHandler):
     server_version = "llog-broker/0.1"
     disable_nagle_algorithm = True  # the header and body writes must not wait for ACKs
     timeout = 300  # idle keep-alive connections are closed after this
     server: BrokerHTTPServer
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
-        log.debug("%s " + format, self.address_string(), *args)
 
     def __getattr__(self, name: str) -> Any:
         # Every method token reaches _dispatch, so a wrong one gets 405 + Allow.
@@ -85,41 +51,10 @@ class _Handler(BaseHTTPRequestHandler):
             return self._dispatch
         raise AttributeError(name)
 
-    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
-        """Every error the standard library answers by itself (a malformed or
-        over-long request line, an unsupported HTTP version, too many or too
-        long headers) as the JSON error body, with the connection closed."""
-        self.log_error("code %d, message %s", code, message)
-        try:
-            phrase = HTTPStatus(code).phrase
-        except ValueError:
-            phrase = "Error"
-        if getattr(self, "request_version", "HTTP/0.9") == "HTTP/0.9":
-            # parse_request gave up before it knew the version: answer with a
-            # status line and headers anyway (0.9 would send the body alone).
-            self.request_version = "HTTP/1.0"
-        self.command = getattr(self, "command", None)
+    def count_protocol_error(self, code: int) -> None:
         broker = getattr(self.server, "broker", None)
         if broker is not None:
             broker.metrics.inc("http_requests_total", path="other", method="OTHER", status=code)
-        try:
-            self._send(Response(code, error_body(message or phrase, "HttpProtocolError"), close=True))
-        except (BrokenPipeError, ConnectionResetError):
-            self.close_connection = True
-
-    def _send(self, resp: Response) -> None:
-        if resp.close:
-            self.close_connection = True
-        self.send_response(resp.status)
-        self.send_header("Content-Type", resp.content_type)
-        self.send_header("Content-Length", str(len(resp.body)))
-        for k, v in resp.headers:
-            self.send_header(k, v)
-        if resp.close:
-            self.send_header("Connection", "close")
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(resp.body)
 
     def _dispatch(self) -> None:
         broker = self.server.broker
@@ -136,10 +71,7 @@ class _Handler(BaseHTTPRequestHandler):
                 status=resp.status,
             )
             broker.metrics.observe("http_request_seconds", time.monotonic() - started, path=label)
-            try:
-                self._send(resp)
-            except (BrokenPipeError, ConnectionResetError):
-                self.close_connection = True
+            self.send_answer(resp)
         finally:
             broker.leave()
 
@@ -161,15 +93,6 @@ class _Handler(BaseHTTPRequestHandler):
             return getattr(broker, name)(body)
         except _BodyRefused as refused:
             return refused.response
-        except TooLarge as exc:
-            return error_response(413, exc.message, "RequestTooLarge", exc.field)
-        except InvalidField as exc:
-            return error_response(400, exc.message, "InvalidRequest", exc.field)
-        except InvalidRequest as exc:
-            return error_response(400, str(exc), "InvalidRequest")
-        except LlogError as exc:
-            log.warning("%s %s failed: %s", method, path, exc)
-            return error_response(503 if exc.retriable else 500, str(exc), type(exc).__name__, retriable=exc.retriable)
         except Exception as exc:  # a bug: answer, log, keep serving
             log.exception("%s %s failed", method, path)
             return error_response(500, f"internal error: {exc!r}", "InternalError")

@@ -25,10 +25,10 @@ Two stores behind one interface:
   processes share ``LLOG_TAIL_CACHE_DIR`` (layout and atomic publishing are
   described in ``tail_cache_file.py``).
 
-Wake-ups (:class:`TailSignals`): publishing into a partition notifies the
-consume requests waiting on it. (A read process cannot be notified by a
-write process's publish; the file-backed cache polls its shared files for
-that, never Oxia or S3.)
+Wake-ups (:class:`TailSignals`, one per cache: ``cache.signals``):
+publishing into a partition notifies the consume requests waiting on it. (A
+read process cannot be notified by a write process's publish; the
+file-backed cache polls its shared files for that, never Oxia or S3.)
 
 Byte cap ``max_bytes`` (LLOG_TAIL_CACHE_MAX_BYTES): payload bytes held in
 memory, or segment file bytes written by this process; the oldest segments
@@ -213,6 +213,10 @@ class TailSignals:
 
 class TailCache(Protocol):
     mode: str
+    signals: TailSignals
+    """The wake-up registry this cache notifies on publish (and, file mode, on
+    what its poller sees); consume requests wait on it. The cache owns it, so
+    the waiting and the notifying side cannot be two different registries."""
 
     def publish(self, tp: TopicPartition, start_offset: int, payloads: Sequence[bytes]) -> None:
         """Committed records ``start_offset ..`` of ``tp`` (from a flush result)."""
@@ -237,11 +241,11 @@ class NullTailCache:
 
     mode = "off"
 
-    def __init__(self, signals: TailSignals) -> None:
-        self._signals = signals
+    def __init__(self, signals: TailSignals | None = None) -> None:
+        self.signals = signals or TailSignals()
 
     def publish(self, tp: TopicPartition, start_offset: int, payloads: Sequence[bytes]) -> None:
-        self._signals.notify(tp)
+        self.signals.notify(tp)
 
     def lookup(self, tp: TopicPartition, offset: int, limit: int, first_limit: int | None) -> CacheLookup:
         return CacheLookup(MISS)
@@ -308,9 +312,11 @@ class MemoryTailCache:
 
     mode = "memory"
 
-    def __init__(self, max_bytes: int, signals: TailSignals, metrics: LlogMetrics | None = None) -> None:
+    def __init__(
+        self, max_bytes: int, signals: TailSignals | None = None, metrics: LlogMetrics | None = None
+    ) -> None:
         self.max_bytes = max_bytes
-        self._signals = signals
+        self.signals = signals or TailSignals()
         self._metrics = metrics or LlogMetrics()
         self._lock = threading.Lock()
         self._runs: dict[TopicPartition, CacheRun] = {}
@@ -329,7 +335,7 @@ class MemoryTailCache:
                 self._evict()
                 self._metrics.set_gauge("tail_cache_bytes", self._bytes)
             self._metrics.inc("tail_cache_published_records_total", len(payloads))
-        self._signals.notify(tp)
+        self.signals.notify(tp)
 
     def _insert(self, tp: TopicPartition, start: int, payloads: tuple[bytes, ...]) -> None:
         end = start + len(payloads) - 1

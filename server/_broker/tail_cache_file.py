@@ -127,7 +127,7 @@ class FileTailCache:
         directory: str | os.PathLike[str],
         namespace: str,
         max_bytes: int,
-        signals: TailSignals,
+        signals: TailSignals | None = None,
         metrics: LlogMetrics | None = None,
         *,
         writer: bool,
@@ -135,7 +135,7 @@ class FileTailCache:
     ) -> None:
         self.max_bytes = max_bytes
         self._dir = Path(directory) / "v1" / namespace
-        self._signals = signals
+        self.signals = signals or TailSignals()
         self._metrics = metrics or LlogMetrics()
         self._poll_s = poll_ms / 1000.0
         self._closed = threading.Event()
@@ -178,7 +178,7 @@ class FileTailCache:
     # -- writer side ---------------------------------------------------------------
     def publish(self, tp: TopicPartition, start_offset: int, payloads: Sequence[bytes]) -> None:
         if self._publisher is None or not payloads:
-            self._signals.notify(tp)
+            self.signals.notify(tp)
             return
         self._queue.put((tp, start_offset, tuple(payloads)))
 
@@ -204,7 +204,7 @@ class FileTailCache:
             except Exception:  # never stop publishing because one write failed
                 log.warning("tail cache: publishing %s@%d failed", tp, start, exc_info=True)
                 self._metrics.inc("tail_cache_errors_total", op="publish")
-            self._signals.notify(tp)
+            self.signals.notify(tp)
 
     def _locked(self, pdir: Path):  # -> ContextManager
         pdir.mkdir(parents=True, exist_ok=True)
@@ -338,9 +338,9 @@ class FileTailCache:
         notify on change (a read process has no other way to hear of a publish
         by a write process). Idle when nobody waits."""
         while not self._closed.is_set():
-            waiters = self._signals.waiters()
+            waiters = self.signals.waiters()
             if not waiters:
-                self._signals.wait_for_waiters(0.5)
+                self.signals.wait_for_waiters(0.5)
                 continue
             seen: dict[TopicPartition, object] = {}
             for w in waiters:
@@ -356,7 +356,7 @@ class FileTailCache:
         if self._closed.is_set():
             return
         self._closed.set()
-        self._signals.kick()
+        self.signals.kick()
         if self._publisher is not None:
             self._queue.put(None)
             self._publisher.join(10)

@@ -7,6 +7,7 @@ Layers, lowest first (ARCHITECTURE.md, "Code map")::
     config       _config            (validates the root prefix with protocol.keys)
     storage      _storage/
     log          _log/
+    http         _http_server   (the HTTP/1.1 JSON server base both services share)
     broker       _broker/    compaction  _compaction/   (side by side: neither imports the other)
     spark        spark/
 
@@ -22,7 +23,6 @@ from __future__ import annotations
 
 import ast
 import importlib
-import pkgutil
 from pathlib import Path
 
 import pytest
@@ -39,11 +39,12 @@ LAYERS: dict[str, int] = {
     "server._config": 2,
     "server._storage": 3,
     "server._log": 4,
-    "server._broker": 5,
-    "server._compaction": 5,
-    "server.spark": 7,
+    "server._http_server": 5,
+    "server._broker": 6,
+    "server._compaction": 6,
+    "server.spark": 8,
 }
-FACE = 6
+FACE = 7
 FACES = {
     "server",
     "server.leaderless_log_broker",

@@ -1,0 +1,114 @@
+"""The HTTP/1.1 server base both services build on (the broker and the compactor service).
+
+Both answer every request with a :class:`Response` whose non-2xx bodies have
+one JSON shape (``_protocol/http_error.py``: ``error``, ``error_type``,
+``field`` ...). :class:`JSONRequestHandler` is the ``BaseHTTPRequestHandler``
+they subclass; it owns what they share:
+
+- :meth:`~JSONRequestHandler.send_answer` writes a Response with a
+  ``Content-Length`` (so the connection stays open, HTTP/1.1 keep-alive), or
+  with ``Connection: close`` and the connection closed when the Response
+  asks for it; a client that went away ends the connection quietly;
+- :meth:`~JSONRequestHandler.send_error` answers what the standard library
+  refuses by itself (a malformed or over-long request line, an unsupported
+  HTTP version or method, too many or too long headers) with the JSON error
+  body instead of its HTML page, and closes the connection;
+- request logging goes to the subclass module's logger at DEBUG.
+
+The routes, limits and servers stay with each service (``_broker/http.py``,
+``_compaction/http.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler
+from typing import Any, Mapping, Sequence
+
+from ._protocol.http_error import error_body
+
+__all__ = ["JSON", "PROMETHEUS", "Response", "error_response", "dumps", "JSONRequestHandler"]
+
+JSON = "application/json"
+PROMETHEUS = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def dumps(doc: object) -> bytes:
+    """Compact UTF-8 JSON."""
+    return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+class Response:
+    """What a route answers: status, body bytes, content type, extra headers,
+    and whether the connection closes after it."""
+
+    __slots__ = ("status", "body", "content_type", "headers", "close")
+
+    def __init__(
+        self,
+        status: int,
+        body: bytes | Mapping[str, Any],
+        content_type: str = JSON,
+        headers: Sequence[tuple[str, str]] = (),
+        close: bool = False,
+    ) -> None:
+        self.status = status
+        self.body = body if isinstance(body, bytes) else dumps(body)
+        self.content_type = content_type
+        self.headers = tuple(headers)
+        self.close = close
+
+
+def error_response(status: int, message: str, error_type: str, field: str | None = None, **kw: Any) -> Response:
+    """A JSON error answer; ``headers`` and ``close`` go to the Response, any
+    other keyword into the body (``role``, ``retriable``, ``paths``)."""
+    headers = kw.pop("headers", ())
+    close = kw.pop("close", False)
+    return Response(status, error_body(message, error_type, field, **kw), headers=headers, close=close)
+
+
+class JSONRequestHandler(BaseHTTPRequestHandler):
+    """HTTP/1.1 keep-alive, JSON answers of one shape, quiet logging."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        logging.getLogger(type(self).__module__).debug("%s " + format, self.address_string(), *args)
+
+    def send_answer(self, resp: Response) -> None:
+        """Write ``resp``; a client gone away (broken pipe, reset) closes the connection."""
+        if resp.close:
+            self.close_connection = True
+        try:
+            self.send_response(resp.status)
+            self.send_header("Content-Type", resp.content_type)
+            self.send_header("Content-Length", str(len(resp.body)))
+            for k, v in resp.headers:
+                self.send_header(k, v)
+            if resp.close:
+                self.send_header("Connection", "close")
+            self.end_headers()
+            if getattr(self, "command", None) != "HEAD":
+                self.wfile.write(resp.body)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """Every error the standard library answers by itself, as the JSON
+        error body with the connection closed."""
+        self.log_error("code %d, message %s", code, message)
+        try:
+            phrase = HTTPStatus(code).phrase
+        except ValueError:
+            phrase = "Error"
+        if getattr(self, "request_version", "HTTP/0.9") == "HTTP/0.9":
+            # parse_request gave up before it knew the version: answer with a
+            # status line and headers anyway (0.9 would send the body alone).
+            self.request_version = "HTTP/1.0"
+        self.count_protocol_error(code)
+        self.send_answer(Response(code, error_body(message or phrase, "HttpProtocolError"), close=True))
+
+    def count_protocol_error(self, code: int) -> None:
+        """Hook: a request the standard library refused (``send_error``); for metrics."""

@@ -1,0 +1,298 @@
+"""The Broker built from parts over the in-memory stores: its route methods'
+status mapping, the tail cache it fills, draining and role refusal.
+
+Each test calls the real ``Broker`` route methods (``broker.produce(body)``
+returns a ``Response``); no HTTP server runs. A flush that must stay
+unresolved blocks on an Event the test releases afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any, Callable
+
+import pytest
+
+from server._broker.broker import Broker
+from server._broker.config import BrokerConfig
+from server._broker.tail_cache import MemoryTailCache, NullTailCache, TailCache
+from server._config import BatchConfig, OxiaConfig, S3Config
+from server._errors import ConfigError, ProducerClosed
+from server._storage.metastore import InMemoryMetadataStore
+from server._storage.objectstore import InMemoryObjectStore
+from server.leaderless_log_broker import Response
+from server.leaderless_log_metrics import LlogMetrics
+from server.leaderless_log_reader import LeaderlessLogReader
+from server.leaderless_log_writer import BatchingProducer, LeaderlessLogWriter, SharedAppendGroup
+
+OXIA = OxiaConfig("fake:1", root_prefix="llog")
+S3 = S3Config("llog")
+
+
+class BlockingWriter(LeaderlessLogWriter):
+    """A writer whose flushes wait for ``release`` once ``block`` is set;
+    ``entered`` is set when a flush is waiting."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.block = threading.Event()
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def append_shared_results(self, groups):
+        if self.block.is_set():
+            self.entered.set()
+            assert self.release.wait(10), "the test never released the flush"
+        return super().append_shared_results(groups)
+
+
+class Cluster:
+    """One pair of in-memory stores, one writer, and the brokers built over them."""
+
+    def __init__(self) -> None:
+        self.meta, self.objs = InMemoryMetadataStore(), InMemoryObjectStore()
+        self.writer = BlockingWriter(OXIA, S3, metadata_store=self.meta, object_store=self.objs)
+        self.brokers: list[Broker] = []
+
+    def broker(
+        self, role: str = "both", *, batch: BatchConfig | None = None, cache: TailCache | None = None,
+        **config: Any,
+    ) -> Broker:
+        metrics = LlogMetrics()
+        cfg = BrokerConfig(role=role, port=0, **config)
+        producer = reader = None
+        if cfg.serves_produce:
+            producer = BatchingProducer(self.writer, batch or BatchConfig(max_delay_ms=1), metrics=metrics)
+        if cfg.serves_consume:
+            reader = LeaderlessLogReader(OXIA, S3, metadata_store=self.meta, object_store=self.objs, metrics=metrics)
+        if cache is None:
+            cache = MemoryTailCache(1 << 20, metrics=metrics) if role == "both" else NullTailCache()
+        broker = Broker(cfg, producer=producer, reader=reader, cache=cache, metrics=metrics)
+        self.brokers.append(broker)
+        return broker
+
+    def storage_reads(self) -> int:
+        return sum(self.meta.calls.values()) + sum(self.objs.calls.get(k, 0) for k in ("get", "range_get"))
+
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.writer.release.set()  # a test that failed midway must not leave a flush waiting
+        for b in self.brokers:
+            b.close()
+        self.writer.close()
+
+
+@pytest.fixture
+def cluster():
+    with Cluster() as c:
+        yield c
+
+
+def body(*batches: tuple[str, int, list[str]]) -> bytes:
+    return json.dumps({"topic_partitions": [
+        {"topic": t, "partition": p, "records": records} for t, p, records in batches
+    ]}).encode()
+
+
+def consume_body(topic: str, partition: int, offset: int, **kw: Any) -> bytes:
+    return json.dumps({"topic_partitions": [
+        {"topic": topic, "partition": partition, "fetch_offset": offset}], **kw}).encode()
+
+
+def doc(resp: Response) -> dict[str, Any]:
+    return json.loads(resp.body)
+
+
+def counter(broker: Broker, name: str) -> int:
+    return sum(broker.metrics.snapshot()["counters"].get(name, {}).values())
+
+
+def in_thread(call: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
+    out: list[Any] = []
+    t = threading.Thread(target=lambda: out.append(call()), daemon=True)
+    t.start()
+    return t, out
+
+
+# -- produce status mapping ---------------------------------------------------------
+
+
+def test_200_when_every_batch_commits(cluster: Cluster) -> None:
+    resp = cluster.broker().produce(body(("t", 0, ["a", "b"]), ("t", 1, ["c"])))
+    assert resp.status == 200
+    d = doc(resp)
+    assert (d["success_count"], d["error_count"]) == (2, 0)
+    assert [(r["ok"], r["start_offset"], r["end_offset"]) for r in d["results"]] == [(True, 1, 2), (True, 1, 1)]
+
+
+@pytest.mark.parametrize("request_body, field", [
+    (body(("t", -1, ["a"])), "topic_partitions[0].partition"),
+    (body(("t", 0, [])), "topic_partitions[0].records"),
+    (json.dumps({"topic_partitions": [{"partition": 0, "records": ["a"]}]}).encode(), "topic_partitions[0].topic"),
+])
+def test_400_names_the_bad_field(cluster: Cluster, request_body: bytes, field: str) -> None:
+    resp = cluster.broker().produce(request_body)
+    assert resp.status == 400
+    assert doc(resp)["error_type"] == "InvalidRequest" and doc(resp)["field"] == field
+
+
+def test_400_for_a_body_that_is_not_json(cluster: Cluster) -> None:
+    resp = cluster.broker().produce(b"{not json")
+    assert resp.status == 400 and doc(resp)["error_type"] == "InvalidRequest"
+
+
+def test_403_a_read_broker_refuses_produce_and_a_write_broker_consume(cluster: Cluster) -> None:
+    read, write = cluster.broker("read"), cluster.broker("write")
+    refused = [read.produce(body(("t", 0, ["a"]))), write.consume(consume_body("t", 0, 1))]
+    assert [r.status for r in refused] == [403, 403]
+    assert [(doc(r)["error_type"], doc(r)["role"]) for r in refused] == [
+        ("RoleNotServed", "read"), ("RoleNotServed", "write"),
+    ]
+    assert cluster.meta.calls.get("put", 0) == 0  # nothing was written
+
+
+def test_409_a_fenced_partition_next_to_an_open_one(cluster: Cluster) -> None:
+    cluster.writer.initialize_partition("t", 1)
+    cluster.writer.fence_partition("t", 1)
+    resp = cluster.broker().produce(body(("t", 0, ["a"]), ("t", 1, ["b"])))
+    assert resp.status == 409
+    d = doc(resp)
+    assert d["error_type"] == "AppendFailed" and (d["success_count"], d["error_count"]) == (1, 1)
+    ok, fenced = d["results"]
+    assert ok["ok"] and ok["start_offset"] == 1
+    assert not fenced["ok"] and fenced["error_type"] == "PartitionFenced"
+
+
+def test_409_names_a_batch_whose_outcome_is_unknown(cluster: Cluster) -> None:
+    broker = cluster.broker()
+    assert broker.producer is not None
+    for p in (0, 1):
+        broker.producer.ensure_initialized("t", p)
+    # Partition 1's reservation lands, its reply is lost and cannot be re-read.
+    cluster.meta.lose_reply_next("put", key_contains="/t/partitions/1/meta/control")
+    cluster.meta.fail_next("get", key_contains="/t/partitions/1/meta/control")
+    resp = broker.produce(body(("t", 0, ["a"]), ("t", 1, ["b"])))
+    assert resp.status == 409
+    d = doc(resp)
+    assert d["error_type"] == "AppendFailed"
+    assert [r.get("error_type") for r in d["results"]] == [None, "OutcomeUnknown"]
+    assert d["results"][1]["retriable"] is True
+
+
+def test_413_more_records_than_the_cap(cluster: Cluster) -> None:
+    resp = cluster.broker(max_records_per_request=2).produce(body(("t", 0, ["a", "b", "c"])))
+    assert resp.status == 413
+    assert (doc(resp)["error_type"], doc(resp)["field"]) == ("RequestTooLarge", "topic_partitions")
+
+
+def test_413_more_payload_than_the_producer_buffer(cluster: Cluster) -> None:
+    broker = cluster.broker(batch=BatchConfig(max_bytes=8, max_delay_ms=1, max_buffer_bytes=8))
+    resp = broker.produce(body(("t", 0, ["12345", "6789"])))
+    assert resp.status == 413
+    assert doc(resp)["error_type"] == "RequestTooLarge" and "LLOG_BATCH_MAX_BUFFER_BYTES" in doc(resp)["error"]
+    assert broker.produce(body(("t", 0, ["1234", "5678"]))).status == 200  # at the cap: accepted
+
+
+def test_503_when_back_pressure_refuses_every_batch(cluster: Cluster) -> None:
+    broker = cluster.broker(batch=BatchConfig(max_bytes=8, max_delay_ms=1, max_buffer_bytes=8))
+    cluster.writer.block.set()
+    first, answers = in_thread(lambda: broker.produce(body(("t", 0, ["12345"]))))
+    assert cluster.writer.entered.wait(10)  # 5 of 8 buffer bytes are in flight
+    resp = broker.produce(body(("t", 0, ["12"]), ("t", 1, ["34"])))
+    assert resp.status == 503 and ("Retry-After", "1") in resp.headers
+    d = doc(resp)
+    assert d["error_type"] == "BackPressureRejected" and d["error_count"] == 2
+    assert {r["error_type"] for r in d["results"]} == {"BackPressureRejected"}
+    cluster.writer.release.set()
+    first.join(10)
+    assert answers[0].status == 200
+
+
+def test_504_when_no_flush_outcome_arrives_in_time_and_the_late_commit_still_fills_the_cache(
+    cluster: Cluster,
+) -> None:
+    broker = cluster.broker(produce_timeout_ms=50)
+    cluster.writer.block.set()
+    resp = broker.produce(body(("t", 0, ["late"])))
+    assert resp.status == 504
+    assert (doc(resp)["error_type"], doc(resp)["retriable"]) == ("OutcomeUnknown", True)
+    assert counter(broker, "produce_timeouts_total") == 1
+    cluster.writer.release.set()
+    assert broker.producer is not None
+    broker.producer.flush(10)
+    (part,) = doc(broker.consume(consume_body("t", 0, 1)))["results"]
+    assert part["records"][0]["value"] == "late"
+
+
+# -- the tail cache -------------------------------------------------------------------
+
+
+def test_a_produced_batch_is_consumed_from_the_cache_without_storage_reads(cluster: Cluster) -> None:
+    broker = cluster.broker()
+    assert broker.produce(body(("t", 0, ["a", "b", "c"]))).status == 200
+    before = cluster.storage_reads()
+    resp = broker.consume(consume_body("t", 0, 2))
+    assert resp.status == 200
+    (part,) = doc(resp)["results"]
+    assert [(r["offset"], r["value"]) for r in part["records"]] == [(2, "b"), (3, "c")]
+    assert cluster.storage_reads() == before
+    assert counter(broker, "consume_storage_reads_total") == 0
+
+
+# -- draining -------------------------------------------------------------------------
+
+
+def test_close_answers_an_accepted_produce_then_refuses_with_503(cluster: Cluster) -> None:
+    broker = cluster.broker()
+    cluster.writer.block.set()
+    accepted, answers = in_thread(lambda: broker.produce(body(("t", 0, ["kept"]))))
+    assert cluster.writer.entered.wait(10)  # accepted, its flush under way
+    closer, _ = in_thread(broker.close)
+    cluster.writer.release.set()
+    closer.join(10)
+    accepted.join(10)
+    assert not closer.is_alive() and broker.draining
+    assert answers[0].status == 200
+    with LeaderlessLogReader(OXIA, S3, metadata_store=cluster.meta, object_store=cluster.objs) as r:
+        assert [x.payload for x in r.iter_from("t", 0, 1)] == [b"kept"]
+    resp = broker.produce(body(("t", 0, ["too late"])))
+    assert resp.status == 503 and ("Retry-After", "1") in resp.headers
+    assert doc(resp)["error_type"] == "ProducerClosed"
+
+
+def test_close_closes_the_parts_it_was_given_but_not_what_they_hold(cluster: Cluster) -> None:
+    cluster.writer.initialize_partition("t", 0)
+    broker = cluster.broker()
+    broker.close()
+    broker.close()  # idempotent
+    assert broker.producer is not None
+    with pytest.raises(ProducerClosed):
+        broker.producer.submit([SharedAppendGroup("t", 0, [b"x"])])
+    # The producer does not own the writer (owns_writer=False): it stays usable.
+    (res,) = cluster.writer.append_shared_results([SharedAppendGroup("t", 0, [b"x"])])
+    assert res.ok
+
+
+# -- roles ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("role, give_producer, give_reader", [
+    ("both", False, True),
+    ("both", True, False),
+    ("read", True, True),
+    ("write", True, True),
+])
+def test_the_parts_must_match_the_role(cluster: Cluster, role: str, give_producer: bool, give_reader: bool) -> None:
+    producer = BatchingProducer(cluster.writer, BatchConfig(max_delay_ms=1)) if give_producer else None
+    reader = LeaderlessLogReader(OXIA, S3, metadata_store=cluster.meta, object_store=cluster.objs) if give_reader else None
+    try:
+        with pytest.raises(ConfigError, match=f"role '{role}'"):
+            Broker(BrokerConfig(role=role), producer=producer, reader=reader, cache=NullTailCache(),
+                   metrics=LlogMetrics())
+    finally:
+        for part in (producer, reader):
+            if part is not None:
+                part.close()
