@@ -38,13 +38,15 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Callable, Mapping, Sequence
 
-from .._config import OxiaConfig
+from .._config import BatchConfig, OxiaConfig, S3Config
 from .._errors import BackPressureRejected, ConfigError, InvalidRequest, LlogError, ProducerClosed
 from .._http_server import PROMETHEUS, Response, error_response
 from .._log.producer import BatchingProducer
 from .._log.reader import LeaderlessLogReader
+from .._log.writer import LeaderlessLogWriter
 from .._protocol.keys import TopicPartition
 from .._protocol.structs import AppendResult, SharedAppendGroup
+from .._storage.stores import Stores
 from ..leaderless_log_metrics import LlogMetrics
 from .codec import (
     InvalidField,
@@ -121,7 +123,10 @@ class Broker:
         reader: LeaderlessLogReader | None,
         cache: TailCache,
         metrics: LlogMetrics,
+        stores: Stores | None = None,
     ) -> None:
+        """``stores``: the Stores the parts share, if the broker is to close
+        it after them (``from_env`` opens one)."""
         _check_parts(config, producer, reader)
         self.config = config
         self.producer = producer
@@ -137,6 +142,7 @@ class Broker:
         self._inflight = 0
         self._inflight_cond = threading.Condition()
         self._closed = False
+        self._stores = stores
         self.consume_service: BrokerConsumeService | None = None
         if reader is not None:
             self.consume_service = BrokerConsumeService(
@@ -155,22 +161,28 @@ class Broker:
         """A broker over parts built from the environment (``LLOG_OXIA_*``,
         ``LLOG_S3_*``, ``LLOG_ROOT_PREFIX``, ``LLOG_BATCH_*``): the tail cache
         ``config`` asks for, a producer over its own writer (roles write and
-        both), a reader (roles read and both). The broker owns them; closing
-        it closes the writer too (the producer owns it)."""
+        both), a reader (roles read and both), all over one ``Stores`` (one
+        Oxia session per process). The broker owns them; closing it closes
+        the writer too (the producer owns it), then the stores."""
         env = os.environ if env is None else env
         metrics = metrics or LlogMetrics(static_labels={"broker_id": config.broker_id})
         built: list[Any] = []
         try:
-            cache = make_tail_cache(config, OxiaConfig.from_env(env), metrics)
+            oxia, s3 = OxiaConfig.from_env(env), S3Config.from_env(env)
+            stores = Stores.open(oxia, s3, metrics)
+            built.append(stores)
+            cache = make_tail_cache(config, oxia, metrics)
             built.append(cache)
             producer = reader = None
             if config.serves_produce:
-                producer = BatchingProducer.from_env(env, metrics=metrics)
-                built.append(producer)
+                writer = LeaderlessLogWriter(oxia, s3, metrics=metrics, stores=stores)
+                built.append(writer)
+                producer = BatchingProducer(writer, BatchConfig.from_env(env), metrics=metrics, owns_writer=True)
+                built[-1] = producer
             if config.serves_consume:
-                reader = LeaderlessLogReader.from_env(env, metrics=metrics)
+                reader = LeaderlessLogReader(oxia, s3, metrics=metrics, stores=stores)
                 built.append(reader)
-            return cls(config, producer=producer, reader=reader, cache=cache, metrics=metrics)
+            return cls(config, producer=producer, reader=reader, cache=cache, metrics=metrics, stores=stores)
         except BaseException:
             for part in reversed(built):
                 part.close()
@@ -237,6 +249,8 @@ class Broker:
         self.cache.close()
         if self.reader is not None:
             self.reader.close()
+        if self._stores is not None:
+            self._stores.close()
 
     # -- routes ------------------------------------------------------------------------
     @_answers_errors

@@ -20,6 +20,7 @@ from http.server import ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from .._errors import LlogError
 from .._http_server import JSON, PROMETHEUS, JSONRequestHandler, Response, error_response
 
 if TYPE_CHECKING:
@@ -151,9 +152,12 @@ class _Handler(JSONRequestHandler):
         return body
 
 
-class _BodyRefused(Exception):
+class _BodyRefused(LlogError):
+    """A request body refused before it was read (411, 413, a short body):
+    carries the answer to send."""
+
     def __init__(self, response: Response) -> None:
-        super().__init__(response.status)
+        super().__init__(f"request body refused: HTTP {response.status}")
         self.response = response
 
 
