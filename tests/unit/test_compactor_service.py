@@ -529,7 +529,7 @@ def test_close_waits_for_the_run_in_flight_then_releases_its_claim(meta, objs):
     assert entered.wait(5)
     closer = threading.Thread(target=svc.close)
     closer.start()
-    time.sleep(0.2)
+    closer.join(0.2)  # the run is held by `proceed`: close() cannot finish before it is set
     assert closer.is_alive(), "close() must wait for the run in flight"
     assert meta.get(claim_key(A), str(A)) is not None
     proceed.set()
@@ -564,7 +564,9 @@ def test_no_new_tasks_after_stop(meta, objs):
         svc.start()
         wait_for(lambda: sum(fake.calls.values()) >= 5)
     calls = sum(fake.calls.values())
-    time.sleep(0.1)
+    # Only the scheduler hands out tasks: close() joined it with nothing in
+    # flight, so no task can start any more.
+    assert not svc._scheduler_thread.is_alive() and svc._scheduler.in_flight == 0
     assert sum(fake.calls.values()) == calls
 
 
