@@ -46,6 +46,7 @@ from .._log.reader import LeaderlessLogReader
 from .._log.writer import LeaderlessLogWriter
 from .._protocol.keys import TopicPartition
 from .._protocol.structs import AppendResult, SharedAppendGroup
+from .._storage.billing import S3Billing, S3Prices
 from .._storage.stores import Stores
 from ..leaderless_log_metrics import LlogMetrics
 from .codec import (
@@ -124,9 +125,12 @@ class Broker:
         cache: TailCache,
         metrics: LlogMetrics,
         stores: Stores | None = None,
+        billing: S3Billing | None = None,
     ) -> None:
         """``stores``: the Stores the parts share, if the broker is to close
-        it after them (``from_env`` opens one)."""
+        it after them (``from_env`` opens one). ``billing``: the S3 billing
+        estimate shown under ``s3.billing`` (request costs from ``metrics``
+        when not given)."""
         _check_parts(config, producer, reader)
         self.config = config
         self.producer = producer
@@ -143,6 +147,7 @@ class Broker:
         self._inflight_cond = threading.Condition()
         self._closed = False
         self._stores = stores
+        self.billing = billing or S3Billing(metrics, None)
         self.consume_service: BrokerConsumeService | None = None
         if reader is not None:
             self.consume_service = BrokerConsumeService(
@@ -182,7 +187,10 @@ class Broker:
             if config.serves_consume:
                 reader = LeaderlessLogReader(oxia, s3, metrics=metrics, stores=stores)
                 built.append(reader)
-            return cls(config, producer=producer, reader=reader, cache=cache, metrics=metrics, stores=stores)
+            billing = S3Billing.for_stores(metrics, stores.objects, s3.bucket, oxia.root_prefix, S3Prices.from_env(env))
+            return cls(
+                config, producer=producer, reader=reader, cache=cache, metrics=metrics, stores=stores, billing=billing,
+            )
         except BaseException:
             for part in reversed(built):
                 part.close()
@@ -275,11 +283,13 @@ class Broker:
             "started_at_ms": self.started_at_ms,
             "tail_cache_mode": self.cache.mode,
         }
+        snap["s3"] = {"billing": self.billing.publish()}
         return Response(200, snap)
 
     @_answers_errors
     def metrics_prometheus(self, body: bytes) -> Response:
         self._refresh_gauges()
+        self.billing.publish()
         return Response(200, self.metrics.prometheus_text().encode("utf-8"), PROMETHEUS)
 
     def _refresh_gauges(self) -> None:

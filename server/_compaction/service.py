@@ -33,6 +33,7 @@ from .._errors import LlogError
 from .._protocol.keys import LogLayout, TopicPartition
 from .._storage.metastore import MetadataStore
 from .._storage.objectstore import ObjectStore
+from .._storage.billing import S3Billing, S3Prices
 from .._storage.stores import Stores
 from ..leaderless_log_metrics import LlogMetrics
 from .blob_cache import SharedBlobCache
@@ -72,12 +73,14 @@ class CompactorService:
         vacuum_factory: Callable[[], VacuumLike] | None = None,
         serve_http: bool = True,
         rng: random.Random | None = None,
+        prices: S3Prices | None = None,
     ) -> None:
         self.config = config
         self.layout = LogLayout(oxia_config.root_prefix)
         self.metrics = metrics or LlogMetrics()
         self._oxia_config = oxia_config
         self._s3_config = s3_config
+        self._prices = prices or S3Prices()
         self._open_stores(stores, metadata_store, object_store)
         self._serve_http = serve_http
         self._rng = rng or random.Random()
@@ -122,6 +125,9 @@ class CompactorService:
             if c.blob_cache_bytes > 0 else self._objects
         )
         self._compactor_stores = Stores(self._meta, cached, owns_objects=cached is not self._objects)
+        self.billing = S3Billing.for_stores(
+            self.metrics, self._objects, self._s3_config.bucket, self._oxia_config.root_prefix, self._prices,
+        )
 
     def _publish_info(self) -> None:
         c = self.config
@@ -155,6 +161,7 @@ class CompactorService:
             oxia_config = dataclasses.replace(oxia_config, client_identifier=config.compactor_id)
         s3_config = S3Config.from_env(env)
         s3_config.require_bucket()
+        kwargs.setdefault("prices", S3Prices.from_env(env))
         return cls(config, oxia_config, s3_config, **kwargs)
 
     def _default_compactor(self) -> Compactor:
@@ -406,8 +413,10 @@ class CompactorService:
             for tp, st in states.items()
         }
         snap["service"] = {**self.health(), "partitions": partitions}
+        snap["s3"] = {"billing": self.billing.publish()}
         return snap
 
     def metrics_prometheus(self) -> str:
         self._update_gauges()
+        self.billing.publish()
         return self.metrics.prometheus_text()

@@ -855,3 +855,14 @@ def test_service_compactors_use_the_blob_cache_and_vacuum_does_not(meta, objs):
         assert svc.metrics.counter("compactor_blob_cache_requests_total", result="hit") == 3
     with real_service(meta, objs, blob_cache_bytes=0) as svc:
         assert svc._compactor_stores.objects is svc._objects
+
+
+def test_metrics_carry_the_s3_billing_estimate(meta, objs):
+    fill(meta, objs, [A, B])
+    with real_service(meta, objs, targets=(A, B)) as svc:
+        svc.run_pass()
+        billing = svc.metrics_json()["s3"]["billing"]
+    # The fake counts no requests itself; the scan sees the WAL blobs and the compacted objects.
+    assert billing["objects"] == len(objs.objects) and billing["stored_bytes"] > 0
+    assert billing["usage_complete"] is True
+    assert svc.metrics.snapshot()["gauges"]["s3_billing_objects"][""] == len(objs.objects)
