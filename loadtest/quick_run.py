@@ -237,6 +237,10 @@ def report(r, settings, env, broker, compactor, expected, summary, data_dir, s3_
     print(f"  S3 requests       {puts:,.0f} PUT, {gets:,.0f} GET (broker + compactor)")
     print(f"  Oxia operations   {oxia:,.0f} (broker + compactor)")
     print(f"  storage           {objects:,} objects, {total / 1e6:.1f} MB under s3://{settings.bucket}/{ROOT}/")
+    bb, cb = b["s3"]["billing"], c["s3"]["billing"]
+    monthly = max(x["storage_cost_usd_per_month"] or 0.0 for x in (bb, cb))
+    print(f"  S3 bill estimate  ${bb['request_cost_usd'] + cb['request_cost_usd']:.6f} in requests (broker + "
+          f"compactor), ${monthly:.6f} per month to store the prefix (S3 Standard us-east-1 prices)")
     print("  where the data lives:")
     print(f"    Oxia {settings.oxia_address}: {ROOT}/{TOPIC}/partitions/<p>/meta/control, .../index/<end offset>")
     print(f"    S3   s3://{settings.bucket}/{ROOT}/{TOPIC}/partitions/<p>/data/compacted/<uuid>"
