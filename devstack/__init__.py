@@ -6,14 +6,29 @@ factor 3) and MinIO (or versitygw, ``LLOG_DEVSTACK_S3=versitygw``) on
 ``LLOG_*`` variables that point the library at it. The binaries are built
 once with the local Go toolchain into ``~/.cache/llog/bin``.
 
-Command line: ``python -m devstack {install,up,down,status,env} --help``.
+``PrometheusServer`` runs a Prometheus (Debian's package, unpacked into the
+same cache by ``ensure_prometheus``) that scrapes the targets it is given
+through file-based service discovery; ``query``/``query_range`` ask it.
+
+Command line: ``python -m devstack {install,up,down,status,env,prometheus} --help``.
 """
 
 from __future__ import annotations
 
-from ._binaries import OXIA_VERSIONS, S3_KINDS, bin_dir, cache_dir, ensure_oxia, ensure_s3_server
+from ._binaries import (
+    OXIA_VERSIONS,
+    PROMETHEUS_DEB_VERSION,
+    S3_KINDS,
+    bin_dir,
+    cache_dir,
+    ensure_oxia,
+    ensure_prometheus,
+    ensure_promtool,
+    ensure_s3_server,
+)
 from ._oxia import OxiaCluster, OxiaServerPorts, OxiaStandalone, shard_leaders
 from ._process import ManagedProcess, StackError, die_with_parent_argv, free_ports
+from ._prometheus import PrometheusQueryError, PrometheusServer, ScrapeTarget, query, query_range
 from ._s3 import S3Server, ensure_bucket, s3_client
 from ._stack import (
     OXIA_MODES,
@@ -37,6 +52,13 @@ __all__ = [
     "default_s3_kind",
     "ensure_oxia",
     "ensure_s3_server",
+    "ensure_prometheus",
+    "ensure_promtool",
+    "PrometheusServer",
+    "ScrapeTarget",
+    "PrometheusQueryError",
+    "query",
+    "query_range",
     "ensure_bucket",
     "s3_client",
     "shard_leaders",
@@ -52,4 +74,5 @@ __all__ = [
     "OXIA_MODES",
     "OXIA_VERSIONS",
     "S3_KINDS",
+    "PROMETHEUS_DEB_VERSION",
 ]

@@ -5,6 +5,8 @@
     status --data-dir D           which processes run (exit 1 if any is down, 3 if not up)
     env --data-dir D              ``export LLOG_...`` lines for a running stack
     down --data-dir D             stop it (from any process: pids are in D/stack-state.json)
+    prometheus --data-dir D --target [JOB=]HOST:PORT ...
+                                  run Prometheus in the foreground, scraping those targets
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ from types import FrameType
 
 from server._errors import LlogError
 
-from ._binaries import S3_KINDS, ensure_oxia, ensure_s3_server
+from ._binaries import S3_KINDS, ensure_oxia, ensure_prometheus, ensure_s3_server
+from ._process import free_ports
+from ._prometheus import DEFAULT_METRICS_PATH, PrometheusServer, ScrapeTarget
 from ._stack import OXIA_MODES, LocalStack, StackSettings, default_s3_kind, read_state, stop_from_state
 
 DEFAULT_DATA_DIR = Path(".llog-stack")
@@ -41,7 +45,43 @@ def _cmd_install(args: argparse.Namespace) -> int:
     kinds = S3_KINDS if args.all else (args.s3 or default_s3_kind(),)
     for kind in kinds:
         ensure_s3_server(kind)
+    if args.prometheus:
+        ensure_prometheus()
     return 0
+
+
+def _scrape_target(text: str, metrics_path: str) -> ScrapeTarget:
+    job, _, address = text.rpartition("=")
+    if not address.rpartition(":")[2].isdigit():
+        raise argparse.ArgumentTypeError(f"--target {text!r}: expected [JOB=]HOST:PORT")
+    return ScrapeTarget(address, job=job or "broker", metrics_path=metrics_path)
+
+
+def _cmd_prometheus(args: argparse.Namespace) -> int:
+    try:
+        targets = [_scrape_target(t, args.metrics_path) for t in args.target]
+    except argparse.ArgumentTypeError as exc:
+        _say("error: %s", exc)
+        return 2
+    server = PrometheusServer(
+        ensure_prometheus(), args.data_dir, port=args.port or free_ports(1)[0],
+        scrape_interval_ms=args.scrape_interval_ms, enable_lifecycle=args.enable_lifecycle,
+    )
+    server.set_targets(targets)
+    signal.signal(signal.SIGTERM, _raise_stop)
+    with server:
+        _say("prometheus at %s scraping %s; targets file %s; Ctrl-C stops it", server.url,
+             ", ".join(f"{t.job}={t.address}{t.metrics_path}" for t in targets) or "nothing yet",
+             server.targets_path)
+        print(server.url, flush=True)
+        try:
+            while server.processes[0].running:
+                time.sleep(0.5)
+            _say("prometheus exited; log %s", server.processes[0].log_path)
+            return EXIT_DOWN
+        except (KeyboardInterrupt, _Stop):
+            _say("stopping")
+            return 0
 
 
 class _Stop(Exception):
@@ -137,6 +177,8 @@ def _parser() -> argparse.ArgumentParser:
     install = sub.add_parser("install", help="build the Oxia and S3 server binaries into the cache")
     install.add_argument("--s3", choices=S3_KINDS, help="S3 server to build (default: $LLOG_DEVSTACK_S3 or minio)")
     install.add_argument("--all", action="store_true", help="build every S3 server kind")
+    install.add_argument("--prometheus", action="store_true",
+                         help="also fetch Prometheus (Debian's package; otherwise fetched on first use)")
     install.set_defaults(func=_cmd_install)
 
     up = with_data_dir(sub.add_parser("up", help="start the stack; prints export lines"))
@@ -157,6 +199,20 @@ def _parser() -> argparse.ArgumentParser:
     env = with_data_dir(sub.add_parser("env", help="print export lines for the running stack"))
     env.add_argument("--root-prefix", default="llog", help="LLOG_ROOT_PREFIX to print")
     env.set_defaults(func=_cmd_env)
+
+    prom = with_data_dir(sub.add_parser(
+        "prometheus", help="run Prometheus in the foreground, scraping llog services (file-based discovery)",
+        description="Start Prometheus on 127.0.0.1 with its data in DATA_DIR/prometheus; "
+                    "edit DATA_DIR/prometheus/targets.json to change what it scrapes while it runs.",
+    ))
+    prom.add_argument("--target", action="append", default=[], metavar="[JOB=]HOST:PORT",
+                      help="a service to scrape (repeatable); JOB defaults to broker")
+    prom.add_argument("--metrics-path", default=DEFAULT_METRICS_PATH,
+                      help=f"path of the targets' exposition (default: {DEFAULT_METRICS_PATH})")
+    prom.add_argument("--port", type=int, default=0, help="listen port (default: a free one)")
+    prom.add_argument("--scrape-interval-ms", type=int, default=1000)
+    prom.add_argument("--enable-lifecycle", action="store_true", help="allow POST /-/reload and /-/quit")
+    prom.set_defaults(func=_cmd_prometheus)
     return parser
 
 

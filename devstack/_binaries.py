@@ -1,4 +1,4 @@
-"""Build and cache the Oxia and S3 server binaries with the local Go toolchain.
+"""Build and cache the Oxia and S3 server binaries (Go) and Prometheus (Debian package).
 
 Everything lands in ``$LLOG_CACHE_DIR/bin`` (default ``~/.cache/llog/bin``)::
 
@@ -6,6 +6,8 @@ Everything lands in ``$LLOG_CACHE_DIR/bin`` (default ``~/.cache/llog/bin``)::
     bin/oxia.stamp.json         {"version": ..., "candidates": [...], "binary": ...}
     bin/oxia.build.log          go's output of the last build
     bin/.oxia.lock              held while building, so two processes never both build
+    bin/prometheus-2.42.0+ds-5+deb12u1, bin/promtool-2.42.0+ds-5+deb12u1
+                                from Debian's package (stamp, log and lock as for oxia)
 
 A stamp is written only after the binary is in place, so its presence means
 "done": the fast path is one small JSON read and one ``stat``.
@@ -22,6 +24,13 @@ lock, so concurrent writes to one shard can reach the WAL out of order and the
 shard then fails every later write ("N can not immediately follow M",
 oxia-db/oxia#772). The patch holds the lock until the entry is queued, which
 is how upstream fixed it; the client protocol is unchanged.
+
+Prometheus is not built: Debian bookworm's ``prometheus`` package is fetched
+with ``apt-get download`` (works without root, installs nothing) into a
+temporary directory and unpacked with ``dpkg-deb -x``; only ``usr/bin/prometheus``
+and ``usr/bin/promtool`` are kept. Both are Go binaries linked only against
+libc. Fetch, unpack and the ``--version`` checks take about 2 s (19 MB); a
+``go install`` of Prometheus would take minutes.
 """
 
 from __future__ import annotations
@@ -52,6 +61,9 @@ __all__ = [
     "bin_dir",
     "ensure_oxia",
     "ensure_s3_server",
+    "ensure_prometheus",
+    "ensure_promtool",
+    "PROMETHEUS_DEB_VERSION",
     "progress",
 ]
 
@@ -67,6 +79,9 @@ _GO_INSTALLS: dict[str, tuple[str, str]] = {
     "versitygw": ("github.com/versity/versitygw/cmd/versitygw@v1.8.0", "versitygw"),
 }
 S3_KINDS: tuple[str, ...] = tuple(_GO_INSTALLS)
+
+PROMETHEUS_DEB_VERSION = "2.42.0+ds-5+deb12u1"
+"""Debian bookworm's ``prometheus`` package (``apt-cache policy prometheus``)."""
 
 _MIN_GO = (1, 24)
 _HEARTBEAT_S = 30.0
@@ -114,11 +129,30 @@ def ensure_s3_server(kind: str = "minio") -> Path:
     return _ensure(kind, (version,), lambda v, target, log: _go_install(kind, v, target, log)).path
 
 
+def ensure_prometheus(version: str = PROMETHEUS_DEB_VERSION) -> Path:
+    """Return the cached Prometheus server binary, fetched from Debian's package on first use.
+
+    ``promtool`` of the same package lies next to it (:func:`ensure_promtool`).
+    """
+    return _ensure("prometheus", (version,), _fetch_prometheus_deb, preflight=_check_apt).path
+
+
+def ensure_promtool(version: str = PROMETHEUS_DEB_VERSION) -> Path:
+    """Return the cached ``promtool`` that came with :func:`ensure_prometheus`'s package."""
+    server = ensure_prometheus(version)
+    promtool = _promtool_beside(server)
+    if not os.access(promtool, os.X_OK):
+        raise StackError(f"{promtool} is missing next to {server}; delete {server.parent / 'prometheus.stamp.json'}")
+    return promtool
+
+
 _Build = Callable[[str, Path, Path], None]
 """(version, target path, build log) -> None; raises StackError on failure."""
 
 
-def _ensure(name: str, candidates: tuple[str, ...], build: _Build) -> BuiltBinary:
+def _ensure(
+    name: str, candidates: tuple[str, ...], build: _Build, *, preflight: Callable[[], None] | None = None
+) -> BuiltBinary:
     directory = bin_dir()
     stamp = directory / f"{name}.stamp.json"
     found = _read_stamp(name, stamp, candidates)
@@ -130,7 +164,7 @@ def _ensure(name: str, candidates: tuple[str, ...], build: _Build) -> BuiltBinar
         found = _read_stamp(name, stamp, candidates)
         if found is not None:
             return found
-        _check_go()
+        (preflight or _check_go)()
         build_log = directory / f"{name}.build.log"
         failures: list[str] = []
         for version in candidates:
@@ -303,3 +337,61 @@ def _run_build(argv: list[str], *, cwd: Path, env: dict[str, str], build_log: Pa
     if proc.returncode != 0:
         raise StackError(f"building {what} failed (exit {proc.returncode}); see {build_log}:\n{log_tail(build_log)}")
     progress("built %s in %ds", what, time.monotonic() - started)
+
+
+def _check_apt() -> None:
+    missing = [tool for tool in ("apt-get", "dpkg-deb") if shutil.which(tool) is None]
+    if missing:
+        raise ConfigError(
+            f"Prometheus is taken from Debian's prometheus package, which needs {' and '.join(missing)}: "
+            "run on Debian (bookworm) or Ubuntu, or put a prometheus binary in the cache by hand"
+        )
+
+
+def _promtool_beside(server: Path) -> Path:
+    return server.with_name(server.name.replace("prometheus-", "promtool-", 1))
+
+
+def _fetch_prometheus_deb(version: str, target: Path, build_log: Path) -> None:
+    """``apt-get download prometheus=<version>``, unpack, keep the two binaries.
+
+    ``promtool`` is moved to its final name first; ``_ensure`` then moves the
+    server to ``target``'s final name and writes the stamp, so a stamp means both.
+    """
+    started = time.monotonic()
+    build_log.write_text("")  # _run_logged appends each step
+    with tempfile.TemporaryDirectory(prefix=".prometheus-deb-", dir=bin_dir()) as tmp:
+        work = Path(tmp)
+        progress("fetching Debian's prometheus %s package with apt-get download (~19 MB)…", version)
+        _run_logged(["apt-get", "download", f"prometheus={version}"], cwd=work, build_log=build_log,
+                    hint="is the version still in the archive? `apt-cache policy prometheus`; "
+                         "on a machine without package lists run `apt-get update` first")
+        debs = sorted(work.glob("prometheus_*.deb"))
+        if len(debs) != 1:
+            raise StackError(f"apt-get download left {[d.name for d in debs]} in {work}, expected one .deb")
+        progress("unpacking %s", debs[0].name)
+        _run_logged(["dpkg-deb", "-x", str(debs[0]), str(work / "root")], cwd=work, build_log=build_log)
+        server, promtool = work / "root/usr/bin/prometheus", work / "root/usr/bin/promtool"
+        for binary in (server, promtool):
+            # Proves the binary runs here (dynamic libraries, architecture), not only that it unpacked.
+            _run_logged([str(binary), "--version"], cwd=work, build_log=build_log)
+        os.replace(promtool, _promtool_beside(target.with_name(f"prometheus-{version}")))
+        os.replace(server, target)
+    progress("fetched and unpacked prometheus %s in %.1fs", version, time.monotonic() - started)
+
+
+def _run_logged(argv: list[str], *, cwd: Path, build_log: Path, hint: str = "") -> None:
+    """Run a short command with its output appended to ``build_log``."""
+    with open(build_log, "a") as log:
+        log.write(f"$ (cd {cwd} && {' '.join(argv)})\n")
+        log.flush()
+        try:
+            result = subprocess.run(argv, cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, check=False, timeout=600)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise StackError(f"{argv[0]} failed: {exc}; see {build_log}") from exc
+    if result.returncode != 0:
+        more = f" ({hint})" if hint else ""
+        raise StackError(
+            f"{' '.join(argv)} failed (exit {result.returncode}){more}; see {build_log}:\n{log_tail(build_log)}"
+        )
