@@ -34,6 +34,7 @@ import logging
 import os
 import threading
 import time
+import uuid
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Callable, Mapping, Sequence
@@ -311,9 +312,14 @@ class Broker:
                 "topic_partitions",
             )
         groups = request.groups
+        request_id = _new_request_id()
+        log.debug(
+            "produce %s: %d batches, %d records, %d payload bytes", request_id, len(groups),
+            request.record_count, request.payload_bytes,
+        )
         self._writes_begin(groups)
         try:
-            future = self.producer.submit(groups)
+            future = self.producer.submit(groups, request_id=request_id)
         except BackPressureRejected as exc:
             self._writes_end(groups)
             results = [AppendResult(g.topic, g.partition, len(g.payloads), error=exc) for g in groups]
@@ -335,6 +341,10 @@ class Broker:
                     "OutcomeUnknown",
                     retriable=True,
                 )
+        log.debug(
+            "produce %s answered in %.1f ms: %d of %d batches committed", request_id,
+            (time.monotonic() - started) * 1000, sum(1 for r in results if r.error is None), len(results),
+        )
         return self._produce_response(results, request.record_count, request.payload_bytes, started)
 
     def _fill_cache(self, groups: Sequence[SharedAppendGroup], future: Future) -> None:
@@ -409,7 +419,14 @@ class Broker:
         if self.consume_service is None:
             return self._role_refused("POST /consume", "read")
         request = parse_consume(parse_json_body(body), max_wait_ms_cap=self.config.max_wait_ms_cap)
+        request_id = _new_request_id()
+        started = time.monotonic()
         result = self.consume_service.consume(request)
+        log.debug(
+            "consume %s: %d partitions, %d records, %d bytes, waited %d ms, answered in %.1f ms", request_id,
+            len(request.partitions), result.record_count, result.payload_bytes, result.waited_ms,
+            (time.monotonic() - started) * 1000,
+        )
         return Response(200, {
             "results": [consumed_partition_json(p) for p in result.partitions],
             "record_count": result.record_count,
@@ -440,6 +457,11 @@ def _check_parts(
                 f"a broker with role {config.role!r} needs {'a' if needed else 'no'} {name}, "
                 f"got {'none' if part is None else type(part).__name__}"
             )
+
+
+def _new_request_id() -> str:
+    """A short id that ties a request's debug lines to the flush it joined."""
+    return uuid.uuid4().hex[:12]
 
 
 def make_tail_cache(config: BrokerConfig, oxia: OxiaConfig, metrics: LlogMetrics) -> TailCache:

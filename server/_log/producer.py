@@ -46,6 +46,8 @@ class _Submission:
     future: Future
     enqueued_at: float
     results: list[AppendResult | None] = field(default_factory=list)
+    request_id: str | None = None
+    """The caller's id for this submit, logged with the flush it joins."""
 
 
 class BatchingProducer:
@@ -96,7 +98,7 @@ class BatchingProducer:
             raise
 
     # -- public API ------------------------------------------------------------
-    def submit(self, groups: Sequence[SharedAppendGroup]) -> Future:
+    def submit(self, groups: Sequence[SharedAppendGroup], *, request_id: str | None = None) -> Future:
         """Queue groups for the next flush; the Future resolves to one
         AppendResult per group, in order (failures carry ``error``)."""
         groups = validate_groups(groups, "submit")
@@ -106,7 +108,7 @@ class BatchingProducer:
                 f"request holds {nbytes} payload bytes, more than the producer's buffer cap "
                 f"of {self.config.max_buffer_bytes} (LLOG_BATCH_MAX_BUFFER_BYTES)"
             )
-        sub = _Submission(groups, nbytes, Future(), time.monotonic(), [None] * len(groups))
+        sub = _Submission(groups, nbytes, Future(), time.monotonic(), [None] * len(groups), request_id)
         with self._cond:
             if self._closing:
                 raise ProducerClosed("the producer is closed")
@@ -277,6 +279,13 @@ class BatchingProducer:
             sub.future.set_result(list(sub.results))
 
         elapsed = time.monotonic() - started
+        if log.isEnabledFor(logging.DEBUG):
+            ids = [sub.request_id for sub in batch if sub.request_id is not None]
+            log.debug(
+                "flush of %d submits, %d partitions, %d failed, queue wait max %.1f ms, flush %.1f ms; requests %s",
+                len(batch), len(slots), sum(1 for r in by_tp.values() if r.error is not None),
+                (started - min(sub.enqueued_at for sub in batch)) * 1000, elapsed * 1000, " ".join(ids) or "-",
+            )
         self.metrics.inc("batcher_flushes_total")
         self.metrics.observe("batcher_flush_seconds", elapsed)
         self.metrics.inc("batcher_flush_partitions_total", len(slots))

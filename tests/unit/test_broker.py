@@ -296,3 +296,36 @@ def test_the_parts_must_match_the_role(cluster: Cluster, role: str, give_produce
         for part in (producer, reader):
             if part is not None:
                 part.close()
+
+
+def test_a_produce_request_id_is_logged_on_the_flush_it_joined(cluster: Cluster, caplog) -> None:
+    """At debug, every produce logs an id, and the flush that carried it lists
+    that id: a slow request can be followed from the broker into its flush."""
+    import logging
+    import re
+
+    from tests._waiting import wait_until
+
+    caplog.set_level(logging.DEBUG, logger="server")
+    broker = cluster.broker(batch=BatchConfig(max_delay_ms=1))
+    cluster.writer.block.set()
+    first, _ = in_thread(lambda: broker.produce(body(("t", 0, ["x"]))))
+    assert cluster.writer.entered.wait(10)  # this flush is held: the next two requests share the next one
+    a, out_a = in_thread(lambda: broker.produce(body(("t", 0, ["a"]))))
+    b, out_b = in_thread(lambda: broker.produce(body(("t", 1, ["b"]))))
+    def ids() -> list[str]:
+        return re.findall(r"produce (\w{12}): ", caplog.text)
+
+    # Both requests are in the producer's buffer (3 payload bytes with the held one).
+    wait_until(lambda: len(ids()) == 3 and broker.producer.inflight_bytes >= 3, 10, "both requests buffered")
+    cluster.writer.block.clear()
+    cluster.writer.release.set()
+    for t in (first, a, b):
+        t.join(10)
+    assert out_a[0].status == out_b[0].status == 200
+    produce_ids = ids()
+    flushes = [line for line in caplog.text.splitlines() if "flush of" in line]
+    assert len(flushes) == 2
+    assert produce_ids[0] in flushes[0]
+    assert produce_ids[1] in flushes[1] and produce_ids[2] in flushes[1]
+    assert re.search(r"produce \w{12} answered in [\d.]+ ms: 1 of 1 batches committed", caplog.text)
