@@ -12,9 +12,10 @@ from dataclasses import dataclass, field, fields
 from typing import Mapping
 
 from ._errors import ConfigError
+from ._metrics import LlogMetrics
 from ._protocol.keys import validate_root_prefix
 
-__all__ = ["OxiaConfig", "S3Config", "BatchConfig", "MIN_SESSION_TIMEOUT_MS", "env_int", "env_str"]
+__all__ = ["OxiaConfig", "S3Config", "BatchConfig", "LoadtestInfo", "MIN_SESSION_TIMEOUT_MS", "env_int", "env_str"]
 
 MIN_SESSION_TIMEOUT_MS = 5_000
 """The shortest Oxia session timeout that works with ``oxia==0.2.1``.
@@ -184,3 +185,46 @@ class BatchConfig:
             max_delay_ms=env_int(env, "LLOG_BATCH_MAX_DELAY_MS", cls.max_delay_ms),
             max_buffer_bytes=env_int(env, "LLOG_BATCH_MAX_BUFFER_BYTES", cls.max_buffer_bytes),
         )
+
+
+@dataclass(frozen=True)
+class LoadtestInfo:
+    """The load-test scenario a process runs in, set by the orchestrator
+    (``LLOG_LOADTEST_*``) so dashboards can show the run shape. Exported as
+    ``llog_loadtest_scenario_info`` and ``llog_loadtest_*`` gauges."""
+
+    scenario: str
+    run_id: str = ""
+    brokers: int = 0
+    partitions: int = 0
+    target_records_per_second: int = 0
+    concurrency: int = 0
+    record_bytes: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.scenario or not self.scenario.isprintable():
+            raise ConfigError(f"LLOG_LOADTEST_SCENARIO must be a printable name, got {self.scenario!r}")
+        for f in fields(self)[2:]:
+            if getattr(self, f.name) < 0:
+                raise ConfigError(f"LLOG_LOADTEST_{f.name.upper()} must be >= 0, got {getattr(self, f.name)}")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> LoadtestInfo | None:
+        """None unless ``LLOG_LOADTEST_SCENARIO`` is set."""
+        env = os.environ if env is None else env
+        scenario = env_str(env, "LLOG_LOADTEST_SCENARIO")
+        if not scenario:
+            return None
+        numbers = {f.name: env_int(env, f"LLOG_LOADTEST_{f.name.upper()}", 0) for f in fields(cls)[2:]}
+        return cls(scenario=scenario, run_id=env_str(env, "LLOG_LOADTEST_RUN_ID", "") or "", **numbers)
+
+    def to_env(self) -> dict[str, str]:
+        """The ``LLOG_LOADTEST_*`` variables that reproduce this info."""
+        env = {"LLOG_LOADTEST_SCENARIO": self.scenario, "LLOG_LOADTEST_RUN_ID": self.run_id}
+        env.update({f"LLOG_LOADTEST_{f.name.upper()}": str(getattr(self, f.name)) for f in fields(self)[2:]})
+        return env
+
+    def publish(self, metrics: LlogMetrics) -> None:
+        metrics.set_info_metric("loadtest_scenario_info", scenario=self.scenario, run_id=self.run_id)
+        for f in fields(self)[2:]:
+            metrics.set_gauge(f"loadtest_{f.name}", getattr(self, f.name))

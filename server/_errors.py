@@ -21,6 +21,8 @@ through ``retriable`` whether trying the same call again can help::
     ├── InconsistentReadState          the index has a gap or overlaps (a bug or corruption)
     ├── CorruptBatch                   checksum, magic, length or count mismatch in stored bytes
     ├── CompactionConflict             another compactor changed the partition under us (retriable)
+    ├── UnknownMetric                  (_metrics/spec.py) a metric used under a name, kind or labels
+    │                                  the catalogue does not declare (a bug)
     ├── _BodyRefused                   (_broker/http.py, private) a request body refused before it was
     │                                  read (411/413/short body); carries the answer to send
     ├── StorageError                   a metadata or object store call failed

@@ -27,12 +27,14 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler
 from typing import Any, Mapping, Sequence
 
+from ._metrics import CONTENT_TYPE
 from ._protocol.http_error import error_body
 
 __all__ = ["JSON", "PROMETHEUS", "Response", "error_response", "dumps", "JSONRequestHandler"]
 
 JSON = "application/json"
-PROMETHEUS = "text/plain; version=0.0.4; charset=utf-8"
+PROMETHEUS = CONTENT_TYPE
+"""prometheus_client's text exposition content type."""
 
 
 def dumps(doc: object) -> bytes:

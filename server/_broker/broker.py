@@ -32,6 +32,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import re
 import threading
 import time
 import uuid
@@ -49,7 +50,7 @@ from .._protocol.keys import TopicPartition
 from .._protocol.structs import AppendResult, SharedAppendGroup
 from .._storage.billing import S3Billing, S3Prices
 from .._storage.stores import Stores
-from ..leaderless_log_metrics import LlogMetrics
+from .._metrics import PRESENT_AT_START, LlogMetrics
 from .codec import (
     InvalidField,
     TooLarge,
@@ -70,6 +71,7 @@ log = logging.getLogger(__name__)
 
 
 _Route = Callable[["Broker", bytes], Response]
+_INDEX = re.compile(r"\[\d+\]")
 
 
 def _answers_errors(route: _Route) -> _Route:
@@ -83,10 +85,13 @@ def _answers_errors(route: _Route) -> _Route:
         try:
             return route(self, body)
         except TooLarge as exc:
+            self.metrics.inc("http_validation_failures_total", path=f"/{route.__name__}", field=_field_label(exc.field))
             return error_response(413, exc.message, "RequestTooLarge", exc.field)
         except InvalidField as exc:
+            self.metrics.inc("http_validation_failures_total", path=f"/{route.__name__}", field=_field_label(exc.field))
             return error_response(400, exc.message, "InvalidRequest", exc.field)
         except InvalidRequest as exc:
+            self.metrics.inc("http_validation_failures_total", path=f"/{route.__name__}", field="body")
             return error_response(400, str(exc), "InvalidRequest")
         except LlogError as exc:
             log.warning("%s failed: %s", route.__name__, exc)
@@ -95,6 +100,12 @@ def _answers_errors(route: _Route) -> _Route:
             )
 
     return answer
+
+
+def _field_label(field: str | None) -> str:
+    """A request field as a metric label: indices dropped (``records[]``), so
+    the label takes a bounded set of values; ``body`` for the body as a whole."""
+    return _INDEX.sub("[]", field) if field else "body"
 
 
 class Broker:
@@ -171,7 +182,7 @@ class Broker:
         Oxia session per process). The broker owns them; closing it closes
         the writer too (the producer owns it), then the stores."""
         env = os.environ if env is None else env
-        metrics = metrics or LlogMetrics(static_labels={"broker_id": config.broker_id})
+        metrics = metrics or LlogMetrics(static_labels={"broker_id": config.broker_id}, process_metrics=True)
         built: list[Any] = []
         try:
             oxia, s3 = OxiaConfig.from_env(env), S3Config.from_env(env)
@@ -197,33 +208,35 @@ class Broker:
                 part.close()
             raise
 
+    def bind_port(self, port: int) -> None:
+        """The port the HTTP server bound (config port 0 picks one)."""
+        self.port = port
+        self._report_info()
+
     def _report_info(self) -> None:
         config = self.config
         part: Any = self.producer.writer if self.producer is not None else self.reader
         self.metrics.set_info(
-            broker_id=config.broker_id,
-            role=config.role,
-            host=config.host,
-            started_at_ms=self.started_at_ms,
-            tail_cache_mode=self.cache.mode,
-            tail_cache_dir=config.tail_cache_dir,
-            tail_cache_max_bytes=config.tail_cache_max_bytes,
-            max_request_bytes=config.max_request_bytes,
-            max_records_per_request=config.max_records_per_request,
-            max_wait_ms_cap=config.max_wait_ms_cap,
+            broker_id=config.broker_id, role=config.role, host=config.host, started_at_ms=self.started_at_ms,
+            tail_cache_mode=self.cache.mode, tail_cache_dir=config.tail_cache_dir,
+            tail_cache_max_bytes=config.tail_cache_max_bytes, max_request_bytes=config.max_request_bytes,
+            max_records_per_request=config.max_records_per_request, max_wait_ms_cap=config.max_wait_ms_cap,
             root_prefix=part.layout.root,
         )
-        self.metrics.set_gauge("broker_info", 1, role=config.role, tail_cache_mode=self.cache.mode)
-        # Present (at 0) from the start, so dashboards and rate() see them.
-        names = ["http_requests_too_large_total"]
+        batch = self.producer.config if self.producer is not None else None
+        self.metrics.set_info_metric(
+            "broker_info", broker_id=config.broker_id, role=config.role, host=config.host, port=self.port,
+            tail_cache_mode=self.cache.mode, root_prefix=part.layout.root, max_request_bytes=config.max_request_bytes,
+            batch_max_bytes=batch.max_bytes if batch else "", batch_max_delay_ms=batch.max_delay_ms if batch else "",
+            batch_max_buffer_bytes=batch.max_buffer_bytes if batch else "",
+        )
+        if config.loadtest is not None:
+            config.loadtest.publish(self.metrics)
+        self.metrics.present(*PRESENT_AT_START["broker"])
         if config.serves_produce:
-            names += ["produce_records_total", "produce_payload_bytes_total", "batcher_flushes_total",
-                      "batcher_submits_total", "batcher_backpressure_rejections_total"]
+            self.metrics.present(*PRESENT_AT_START["broker_write"])
         if config.serves_consume:
-            names += ["consume_records_total", "consume_payload_bytes_total", "consume_wakeups_total",
-                      "consume_storage_reads_total", "tail_cache_evictions_total"]
-        for name in names:
-            self.metrics.inc(name, 0)
+            self.metrics.present(*PRESENT_AT_START["broker_read"])
 
     # -- lifecycle -------------------------------------------------------------------
     @property
@@ -291,7 +304,7 @@ class Broker:
     def metrics_prometheus(self, body: bytes) -> Response:
         self._refresh_gauges()
         self.billing.publish()
-        return Response(200, self.metrics.prometheus_text().encode("utf-8"), PROMETHEUS)
+        return Response(200, self.metrics.prometheus_text(), PROMETHEUS)
 
     def _refresh_gauges(self) -> None:
         self.metrics.set_gauge("consume_waiting_requests", len(self.signals.waiters()))

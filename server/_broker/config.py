@@ -12,7 +12,7 @@ import socket
 from dataclasses import dataclass
 from typing import Mapping
 
-from .._config import env_int, env_str
+from .._config import LoadtestInfo, env_int, env_str
 from .._errors import ConfigError
 
 __all__ = ["BrokerConfig", "ROLES", "MIB"]
@@ -53,6 +53,8 @@ class BrokerConfig:
     tail_cache_poll_ms: int = 10
     """File-backed mode: how often a waiting consume stats the shared high-watermark files
     (LLOG_TAIL_CACHE_POLL_MS)."""
+    loadtest: LoadtestInfo | None = None
+    """The load-test scenario, under the orchestrator (LLOG_LOADTEST_*)."""
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
@@ -116,6 +118,7 @@ class BrokerConfig:
             "tail_cache_dir": env_str(env, "LLOG_TAIL_CACHE_DIR"),
             "tail_cache_max_bytes": env_int(env, "LLOG_TAIL_CACHE_MAX_BYTES", cls.tail_cache_max_bytes),
             "tail_cache_poll_ms": env_int(env, "LLOG_TAIL_CACHE_POLL_MS", cls.tail_cache_poll_ms),
+            "loadtest": LoadtestInfo.from_env(env),
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)  # type: ignore[arg-type]

@@ -64,7 +64,7 @@ from typing import Any, Callable, Sequence, TypeVar
 from .._errors import LlogError, OffsetOutOfRange
 from .._log.reader import LeaderlessLogReader
 from .._protocol.keys import TopicPartition
-from ..leaderless_log_metrics import LlogMetrics
+from .._metrics import LlogMetrics
 from .codec import (
     LOG_START_OFFSET,
     ConsumedPartition,

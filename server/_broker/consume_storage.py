@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterable
 from .._errors import LlogError, ObjectNotFound
 from .._log.reader import LeaderlessLogReader, ResolvedBatch
 from .._protocol.keys import PartitionKeys, TopicPartition
-from ..leaderless_log_metrics import LlogMetrics
+from .._metrics import LlogMetrics
 from .codec import ConsumePartition
 
 __all__ = ["Fetch", "StorageReads", "MAX_BATCHES_PER_PARTITION"]

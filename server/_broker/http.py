@@ -171,4 +171,4 @@ class BrokerHTTPServer(ThreadingHTTPServer):
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         super().__init__((broker.config.host, broker.config.port), _Handler)
-        broker.port = self.server_address[1]
+        broker.bind_port(self.server_address[1])

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, NamedTuple, Protocol, Sequence
 
 from .._protocol.keys import TopicPartition
-from ..leaderless_log_metrics import LlogMetrics
+from .._metrics import LlogMetrics
 
 __all__ = [
     "HIT",

@@ -44,7 +44,7 @@ from typing import Iterable, NamedTuple, Sequence
 from .._errors import CorruptBatch
 from .._protocol.codec import decode_batch, encode_batch
 from .._protocol.keys import TopicPartition
-from ..leaderless_log_metrics import LlogMetrics
+from .._metrics import LlogMetrics
 from .tail_cache import (
     HIT,
     MISS,

@@ -31,7 +31,7 @@ from collections import OrderedDict
 from typing import Iterable, Iterator
 
 from .._storage.objectstore import ObjectInfo, ObjectStore
-from ..leaderless_log_metrics import LlogMetrics
+from .._metrics import LlogMetrics
 
 __all__ = ["SharedBlobCache"]
 

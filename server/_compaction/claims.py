@@ -24,7 +24,7 @@ from .._errors import LlogError, MetadataStoreError, VersionConflict
 from .._protocol.keys import PartitionKeys, TopicPartition
 from .._protocol.records import CompactorClaim
 from .._storage.metastore import EXPECT_ABSENT, MetadataStore
-from ..leaderless_log_metrics import LlogMetrics
+from .._metrics import LlogMetrics
 
 __all__ = ["Claims"]
 

@@ -59,7 +59,7 @@ from .._protocol.records import (
 from .._storage.metastore import EXPECT_ABSENT, MetadataStore, Record
 from .._storage.objectstore import ObjectStore
 from .._storage.stores import Closeable, Stores, use_stores
-from ..leaderless_log_metrics import LlogMetrics
+from .._metrics import LlogMetrics
 from .config import DEFAULT_MAX_BYTES, DEFAULT_MAX_OFFSETS, CompactionLimits
 
 __all__ = [
@@ -192,12 +192,20 @@ class LeaderlessLogCompactor(Closeable):
         else:
             result = self._compact_new(keys, base, limit, max_offsets or self.max_offsets_per_run)
         result = replace(result, cursor=self._cursor(keys)[0])
-        self.metrics.inc("compactor_runs_total", outcome=result.outcome.value)
-        self.metrics.observe("compactor_run_seconds", time.perf_counter() - started)
-        if result.outcome in (CompactionOutcome.COMPACTED, CompactionOutcome.RESUMED):
-            self.metrics.inc("compactor_compacted_offsets_total", result.msg_count)
-            self.metrics.inc("compactor_compacted_bytes_total", result.bytes_written)
+        self._count_run(result, time.perf_counter() - started)
         return result
+
+    def _count_run(self, result: CompactionResult, seconds: float) -> None:
+        m = self.metrics
+        m.inc("compactor_runs_total", outcome=result.outcome.value)
+        m.observe("compactor_run_seconds", seconds)
+        if result.outcome in (CompactionOutcome.COMPACTED, CompactionOutcome.RESUMED):
+            m.inc("compactor_compacted_offsets_total", result.msg_count)
+            m.inc("compactor_compacted_bytes_total", result.bytes_written)
+        if result.outcome is CompactionOutcome.COMPACTED:  # the shape of what this run selected
+            m.observe("compactor_candidate_entries", result.source_entries)
+            m.observe("compactor_candidate_records", result.msg_count)
+            m.observe("compactor_candidate_bytes", result.bytes_written)
 
     def _compact_new(
         self, keys: PartitionKeys, base: CompactionResult, limit: int, max_offsets: int

@@ -13,7 +13,7 @@ import socket
 from dataclasses import dataclass
 from typing import Mapping
 
-from .._config import env_int, env_str
+from .._config import LoadtestInfo, env_int, env_str
 from .._errors import ConfigError, InvalidRequest
 from .._protocol.keys import TopicPartition
 
@@ -147,6 +147,8 @@ class CompactorServiceConfig:
     """On SIGTERM, how long to wait for in-flight runs before closing the
     clients anyway (safe: every step is resumable) (LLOG_COMPACTOR_SHUTDOWN_TIMEOUT_MS)."""
     vacuum: VacuumConfig = VacuumConfig()
+    loadtest: LoadtestInfo | None = None
+    """The load-test scenario, under the orchestrator (LLOG_LOADTEST_*)."""
 
     def __post_init__(self) -> None:
         if not self.compactor_id:
@@ -185,4 +187,5 @@ class CompactorServiceConfig:
             blob_cache_bytes=env_int(env, "LLOG_COMPACTOR_BLOB_CACHE_BYTES", 128 * 1024 * 1024),
             shutdown_timeout_ms=env_int(env, "LLOG_COMPACTOR_SHUTDOWN_TIMEOUT_MS", 30_000),
             vacuum=VacuumConfig.from_env(env),
+            loadtest=LoadtestInfo.from_env(env),
         )

@@ -16,7 +16,7 @@ from typing import Callable, Sequence
 from .._errors import LlogError
 from .._protocol.keys import LogLayout, TopicPartition
 from .._storage.metastore import MetadataStore
-from ..leaderless_log_metrics import LlogMetrics
+from .._metrics import LlogMetrics
 
 __all__ = ["Discovery"]
 
@@ -54,6 +54,7 @@ class Discovery:
         self._metrics.inc("compactor_discovery_passes_total", outcome="ok")
         self._metrics.inc("compactor_partitions_discovered_total", len(new))
         self._metrics.set_gauge("compactor_discovery_last_found", len(found))
+        self._metrics.set_gauge("compactor_discovery_last_pass_timestamp_seconds", time.time())
         if new:
             log.info("discovery found %d new logs: %s", len(new), ", ".join(sorted(map(str, new))[:20]))
         return new

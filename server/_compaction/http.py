@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from http.server import ThreadingHTTPServer
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
@@ -51,7 +52,17 @@ class _Handler(JSONRequestHandler):
     server_version = "llog-compactor/1"
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-        self.send_answer(self._route(urlsplit(self.path).path.rstrip("/") or "/"))
+        started = time.monotonic()
+        path = urlsplit(self.path).path.rstrip("/") or "/"
+        resp = self._route(path)
+        label = path if path in _PATHS else "other"
+        metrics = self.service.metrics
+        metrics.inc("http_requests_total", path=label, method="GET", status=resp.status)
+        metrics.observe("http_request_seconds", time.monotonic() - started, path=label)
+        self.send_answer(resp)
+
+    def count_protocol_error(self, code: int) -> None:
+        self.service.metrics.inc("http_requests_total", path="other", method="OTHER", status=code)
 
     def _route(self, path: str) -> Response:
         try:
@@ -61,7 +72,7 @@ class _Handler(JSONRequestHandler):
             if path == "/metrics":
                 return Response(200, self.service.metrics_json())
             if path == "/metrics/prometheus":
-                return Response(200, self.service.metrics_prometheus().encode(), PROMETHEUS)
+                return Response(200, self.service.metrics_prometheus(), PROMETHEUS)
             return error_response(404, f"no such path {path!r}", "NotFound", paths=list(_PATHS))
         except Exception as exc:  # noqa: BLE001 - answer rather than drop the connection
             log.exception("HTTP %s failed", path)

@@ -35,7 +35,7 @@ from .._storage.metastore import MetadataStore
 from .._storage.objectstore import ObjectStore
 from .._storage.billing import S3Billing, S3Prices
 from .._storage.stores import Stores
-from ..leaderless_log_metrics import LlogMetrics
+from .._metrics import PRESENT_AT_START, LlogMetrics
 from .blob_cache import SharedBlobCache
 from .claims import Claims
 from .config import CompactorServiceConfig
@@ -49,6 +49,7 @@ from .vacuum_runner import VacuumRunner
 __all__ = ["CompactorService", "TaskOutcome", "TaskResult", "Compactor", "VacuumLike"]
 
 log = logging.getLogger(__name__)
+
 
 
 class CompactorService:
@@ -77,7 +78,7 @@ class CompactorService:
     ) -> None:
         self.config = config
         self.layout = LogLayout(oxia_config.root_prefix)
-        self.metrics = metrics or LlogMetrics()
+        self.metrics = metrics or LlogMetrics(static_labels={"compactor_id": config.compactor_id}, process_metrics=True)
         self._oxia_config = oxia_config
         self._s3_config = s3_config
         self._prices = prices or S3Prices()
@@ -144,7 +145,14 @@ class CompactorService:
             vacuum_grace_ms=c.vacuum.grace_ms,
             blob_cache_bytes=c.blob_cache_bytes,
         )
-        self.metrics.set_gauge("compactor_info", 1, compactor_id=c.compactor_id)
+        self.metrics.set_info_metric(
+            "compactor_info", compactor_id=c.compactor_id, workers=c.workers, root_prefix=self.layout.root,
+            discovery_interval_ms=c.discovery_interval_ms, blob_cache_bytes=c.blob_cache_bytes,
+            vacuum_interval_ms=c.vacuum.interval_ms,
+        )
+        if c.loadtest is not None:
+            c.loadtest.publish(self.metrics)
+        self.metrics.present(*PRESENT_AT_START["compactor"])
         self.metrics.set_gauge("compactor_workers", c.workers)
         self.metrics.set_gauge("compactor_unreleased_claims", 0)
         self._update_gauges()
@@ -378,8 +386,10 @@ class CompactorService:
             known = len(self._scheduler.known())
             discovered = self._scheduler.discovered_count()
             in_flight = self._scheduler.in_flight
+            pending = sum(1 for st in self._scheduler.states().values() if not st.running and st.lag_offsets)
+        self.metrics.set_gauge("compactor_partitions_pending", pending)
         self.metrics.set_gauge("compactor_partitions_known", known)
-        self.metrics.set_gauge("compactor_partitions_discovered", discovered)
+        self.metrics.set_gauge("compactor_discovered_partitions", discovered)
         self.metrics.set_gauge("compactor_in_flight_tasks", in_flight)
 
     def health(self) -> dict[str, Any]:
@@ -416,7 +426,7 @@ class CompactorService:
         snap["s3"] = {"billing": self.billing.publish()}
         return snap
 
-    def metrics_prometheus(self) -> str:
+    def metrics_prometheus(self) -> bytes:
         self._update_gauges()
         self.billing.publish()
         return self.metrics.prometheus_text()

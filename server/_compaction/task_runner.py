@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 from .._errors import PartitionNotInitialized
 from .._protocol.keys import LogLayout, PartitionKeys, TopicPartition
-from ..leaderless_log_metrics import LlogMetrics
+from .._metrics import LlogMetrics
 from .claims import Claims
 from .tasks import Compactor, TaskOutcome, TaskResult, close_quietly
 

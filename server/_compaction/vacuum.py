@@ -66,7 +66,7 @@ from .._protocol.records import (
 from .._storage.metastore import MetadataStore
 from .._storage.objectstore import ObjectInfo, ObjectStore
 from .._storage.stores import Closeable, Stores, use_stores
-from ..leaderless_log_metrics import LlogMetrics
+from .._metrics import LlogMetrics
 from .config import VacuumConfig
 
 __all__ = [

@@ -31,7 +31,7 @@ from .._config import BatchConfig
 from .._errors import BackPressureRejected, InvalidRequest, LlogError, OutcomeUnknown, ProducerClosed
 from .._protocol.keys import TopicPartition
 from .._protocol.structs import AppendResult, SharedAppendGroup, validate_groups
-from ..leaderless_log_metrics import LlogMetrics
+from .._metrics import LlogMetrics
 from .writer import LeaderlessLogWriter
 
 __all__ = ["BatchingProducer"]
@@ -124,6 +124,7 @@ class BatchingProducer:
             if self._first_at is None:
                 self._first_at = time.monotonic()
             self.metrics.set_gauge("batcher_inflight_bytes", self._inflight_bytes)
+            self.metrics.set_gauge("batcher_queued_submissions", len(self._queue))
             self._cond.notify_all()
         self.metrics.inc("batcher_submits_total")
         self.metrics.inc("batcher_records_total", sum(len(g.payloads) for g in groups))
@@ -206,6 +207,7 @@ class BatchingProducer:
                 taken.append(sub)
                 size += sub.nbytes
             self._queued_bytes -= size
+            self.metrics.set_gauge("batcher_queued_submissions", len(self._queue))
             if self._queue:
                 # What is left was submitted during the last flush: it is due now.
                 self._first_at = min(s.enqueued_at for s in self._queue)

@@ -52,7 +52,7 @@ from .._protocol.structs import ReadRecord
 from .._storage.metastore import MetadataStore
 from .._storage.objectstore import ObjectStore
 from .._storage.stores import Closeable, Stores, use_stores
-from ..leaderless_log_metrics import LlogMetrics
+from .._metrics import LlogMetrics
 from .index import covering_entry
 
 __all__ = [

@@ -66,7 +66,7 @@ from .._retry import Backoff
 from .._storage.metastore import EXPECT_ABSENT, MetadataStore
 from .._storage.objectstore import ObjectStore
 from .._storage.stores import Closeable, Stores, use_stores
-from ..leaderless_log_metrics import LlogMetrics
+from .._metrics import LlogMetrics
 from . import recovery
 from .index import covering_entry
 
@@ -242,6 +242,8 @@ class LeaderlessLogWriter(Closeable):
             return [AppendResult(g.topic, g.partition, len(g.payloads), error=exc) for g in groups]
         self.metrics.inc("writer_blobs_total")
         self.metrics.inc("writer_blob_bytes_total", len(blob))
+        self.metrics.observe("writer_blob_size_bytes", len(blob))
+        self.metrics.observe("writer_blob_partitions", len(groups))
 
         templates = [
             PendingAppend(

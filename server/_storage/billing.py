@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from .._errors import ConfigError, LlogError
-from ..leaderless_log_metrics import LlogMetrics
+from .._metrics import LlogMetrics
 from .objectstore import ObjectStore
 
 __all__ = [

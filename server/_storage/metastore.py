@@ -21,7 +21,7 @@ from typing import Iterator, Protocol
 
 from .._config import OxiaConfig
 from .._errors import LlogError, MetadataStoreError, VersionConflict
-from ..leaderless_log_metrics import LlogMetrics
+from .._metrics import LlogMetrics
 
 __all__ = [
     "EXPECT_ABSENT",
@@ -162,7 +162,7 @@ class OxiaMetadataStore:
         ephemeral: bool = False,
     ) -> int:
         op = "put_ephemeral" if ephemeral else ("put" if expected_version is None else "put_cas")
-        with self._translated("put", key), self._metrics.oxia_op(op):
+        with self._translated("put", key), self._metrics.oxia_op(op, len(value)):
             _, version = self._client.put(
                 key, value, partition_key=partition_key, expected_version_id=expected_version, ephemeral=ephemeral,
             )

@@ -20,7 +20,7 @@ from typing import Iterable, Iterator, Protocol
 
 from .._config import S3Config
 from .._errors import ObjectNotFound, ObjectStoreError
-from ..leaderless_log_metrics import LlogMetrics
+from .._metrics import LlogMetrics
 from .s3_get import S3GetError, S3Getter, SigV4Signer
 
 __all__ = ["ObjectInfo", "ObjectStore", "S3ObjectStore", "InMemoryObjectStore"]

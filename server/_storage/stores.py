@@ -21,7 +21,7 @@ import contextlib
 from typing import Mapping, Self
 
 from .._config import OxiaConfig, S3Config
-from ..leaderless_log_metrics import LlogMetrics
+from .._metrics import LlogMetrics
 from .metastore import MetadataStore, OxiaMetadataStore
 from .objectstore import ObjectStore, S3ObjectStore
 

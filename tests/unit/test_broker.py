@@ -134,14 +134,20 @@ def test_200_when_every_batch_commits(cluster: Cluster) -> None:
     (json.dumps({"topic_partitions": [{"partition": 0, "records": ["a"]}]}).encode(), "topic_partitions[0].topic"),
 ])
 def test_400_names_the_bad_field(cluster: Cluster, request_body: bytes, field: str) -> None:
-    resp = cluster.broker().produce(request_body)
+    broker = cluster.broker()
+    resp = broker.produce(request_body)
     assert resp.status == 400
     assert doc(resp)["error_type"] == "InvalidRequest" and doc(resp)["field"] == field
+    # Counted by field, without the indices (a bounded label).
+    label = field.replace("[0]", "[]")
+    assert broker.metrics.counter("http_validation_failures_total", path="/produce", field=label) == 1
 
 
 def test_400_for_a_body_that_is_not_json(cluster: Cluster) -> None:
-    resp = cluster.broker().produce(b"{not json")
+    broker = cluster.broker()
+    resp = broker.produce(b"{not json")
     assert resp.status == 400 and doc(resp)["error_type"] == "InvalidRequest"
+    assert broker.metrics.counter("http_validation_failures_total", path="/produce", field="body") == 1
 
 
 def test_403_a_read_broker_refuses_produce_and_a_write_broker_consume(cluster: Cluster) -> None:

@@ -16,6 +16,7 @@ from collections import Counter
 from dataclasses import replace
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from server._compaction.config import CompactorServiceConfig, VacuumConfig, parse_targets
 from server._config import OxiaConfig, S3Config
@@ -642,9 +643,14 @@ def test_http_endpoints(meta, objs):
 
         status, ctype, text = get(port, "/metrics/prometheus")
         assert status == 200 and ctype.startswith("text/plain")
-        assert 'llog_compactor_claims_total{result="won"}' in text
-        assert 'llog_compactor_lag_offsets{partition="0",topic="orders"} 0' in text
-        assert "llog_compactor_compacted_offsets_total 3" in text
+        samples = {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples
+        }
+        me = ("compactor_id", "me")
+        assert samples[("llog_compactor_claims_total", (me, ("result", "won")))] >= 1
+        assert samples[("llog_compactor_lag_offsets", (me, ("partition", "0"), ("topic", "orders")))] == 0
+        assert samples[("llog_compactor_compacted_offsets_total", (me,))] == 3
 
         status, _, body = get(port, "/nope")
         assert status == 404 and "/metrics" in body

@@ -2,8 +2,8 @@
 
 Layers, lowest first (ARCHITECTURE.md, "Code map")::
 
-    foundations  _errors, _retry, leaderless_log_metrics
-    protocol     _protocol/
+    foundations  _errors, _retry
+    protocol     _protocol/     metrics  _metrics/   (side by side)
     config       _config            (validates the root prefix with protocol.keys)
     storage      _storage/
     log          _log/
@@ -13,8 +13,7 @@ Layers, lowest first (ARCHITECTURE.md, "Code map")::
 
 A module may import its own layer and the layers below it. The faces (the
 reference system's module names: ``leaderless_log_writer`` ...) sit on top
-and may import anything but spark; nothing inside a layer imports a face
-(``leaderless_log_metrics`` is a foundation, not a face). Checked on the
+and may import anything but spark; nothing inside a layer imports a face. Checked on the
 source with ``ast``, including imports inside functions and under
 ``TYPE_CHECKING``.
 """
@@ -34,7 +33,7 @@ SERVER = Path(server.__file__).parent
 LAYERS: dict[str, int] = {
     "server._errors": 0,
     "server._retry": 0,
-    "server.leaderless_log_metrics": 0,
+    "server._metrics": 1,
     "server._protocol": 1,
     "server._config": 2,
     "server._storage": 3,
@@ -51,6 +50,7 @@ FACES = {
     "server.leaderless_log_common",
     "server.leaderless_log_compactor",
     "server.leaderless_log_compactor_server",
+    "server.leaderless_log_metrics",
     "server.leaderless_log_reader",
     "server.leaderless_log_vacuum",
     "server.leaderless_log_writer",

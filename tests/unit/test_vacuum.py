@@ -366,7 +366,7 @@ def test_metrics(stores):
     assert metrics.counter("vacuum_objects_deleted_total", kind="wal-shared") == 1
     assert metrics.counter("vacuum_bytes_reclaimed_total") == report.bytes_reclaimed
     assert metrics.counter("vacuum_objects_scanned_total") == 6
-    assert "llog_vacuum_bytes_reclaimed_total" in metrics.prometheus_text()
+    assert "llog_vacuum_bytes_reclaimed_total" in metrics.prometheus_text().decode()
 
 
 def test_negative_grace_is_rejected(stores):
