@@ -8,6 +8,8 @@ literal use in ``server/`` against the catalogue so a typo fails here first.
 from __future__ import annotations
 
 import ast
+import json
+import re
 from pathlib import Path
 
 import pytest
@@ -242,3 +244,35 @@ def test_loadtest_info_from_env_and_published_gauges():
     assert samples[("llog_loadtest_target_records_per_second", ())] == 0
     with pytest.raises(ConfigError, match="LLOG_LOADTEST_BROKERS"):
         LoadtestInfo.from_env({"LLOG_LOADTEST_SCENARIO": "x", "LLOG_LOADTEST_BROKERS": "-1"})
+
+
+# -- docs and dashboard follow the catalogue ---------------------------------------------------------------------
+
+REPO = SERVER.parent
+_LLOG_NAME = re.compile(r"\bllog_([a-z0-9_]+)")
+
+
+def _declared(exported: str) -> bool:
+    """``exported`` (without ``llog_``) is a declared metric or one of its histogram series."""
+    for suffix in ("", "_bucket", "_sum", "_count"):
+        base = exported.removesuffix(suffix) if suffix else exported
+        if (not suffix or exported.endswith(suffix)) and base in BY_NAME:
+            return True
+    return False
+
+
+def test_observability_md_lists_every_metric_and_no_other():
+    text = (REPO / "OBSERVABILITY.md").read_text()
+    named = set(_LLOG_NAME.findall(text))
+    missing = sorted(spec.name for spec in CATALOGUE if spec.name not in named)
+    assert not missing, f"OBSERVABILITY.md does not list {missing}"
+    unknown = sorted(n for n in named if not n.endswith("_") and not _declared(n))  # llog_s3_billing_*: a family
+    assert not unknown, f"OBSERVABILITY.md names undeclared metrics {unknown}"
+
+
+def test_the_dashboard_queries_only_declared_metrics():
+    doc = json.loads((REPO / "grafana" / "leaderless-log-observability.json").read_text())
+    exprs = [t["expr"] for p in doc["panels"] for t in p.get("targets", [])]
+    assert len(exprs) > 60
+    unknown = sorted({n for e in exprs for n in _LLOG_NAME.findall(e) if not _declared(n)})
+    assert not unknown, f"the dashboard queries undeclared metrics {unknown}"
