@@ -28,6 +28,7 @@ from typing import Sequence
 import matplotlib
 
 matplotlib.use("Agg")  # before anything imports pyplot: never look for a display
+matplotlib.rcParams["text.parse_math"] = False  # "$0.01" in a legend is money, not mathtext
 
 from matplotlib import dates as mdates  # noqa: E402
 from matplotlib import ticker as mticker  # noqa: E402

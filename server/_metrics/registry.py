@@ -33,6 +33,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 from prometheus_client import Histogram as _PromHistogram
 from prometheus_client import PlatformCollector, ProcessCollector
 
+from .._errors import VersionConflict
 from .catalogue import CATALOGUE
 from .spec import Kind, MetricSpec, UnknownMetric
 
@@ -149,12 +150,17 @@ class LlogMetrics:
 
     @contextmanager
     def timed(self, family: str, op: str, nbytes: int = 0) -> Iterator[None]:
-        """Count and time one ``family`` (oxia, s3) operation, by outcome."""
+        """Count and time one ``family`` (oxia, s3) operation, by outcome:
+        ``ok``, ``conflict`` (a conditional write or delete met another
+        version: the protocol working, not a failure) or ``error``."""
         start = time.perf_counter()
         outcome = "error"
         try:
             yield
             outcome = "ok"
+        except VersionConflict:
+            outcome = "conflict"
+            raise
         finally:
             self.inc(f"{family}_operations_total", op=op, outcome=outcome)
             self.observe(f"{family}_operation_seconds", time.perf_counter() - start, op=op)

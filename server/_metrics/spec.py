@@ -20,14 +20,19 @@ __all__ = [
     "Kind", "MetricSpec", "UnknownMetric", "LATENCY_BUCKETS_S", "SIZE_BUCKETS_BYTES", "COUNT_BUCKETS",
 ]
 
+# Dense where llog's latencies live (a flush: tens of ms; a produce: the
+# batch delay, 25-500 ms, plus the flush), so histogram_quantile's linear
+# interpolation inside a bucket stays close.
 LATENCY_BUCKETS_S = (
-    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+    0.0005, 0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.025, 0.035, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4,
+    0.5, 0.6, 0.75, 1.0, 1.5, 2.5, 5.0, 10.0,
 )
 _KIB = 1024
 SIZE_BUCKETS_BYTES = tuple(
     float(b) for b in (
-        _KIB, 16 * _KIB, 64 * _KIB, 256 * _KIB, 1024 * _KIB, 2048 * _KIB, 4096 * _KIB, 8192 * _KIB,
-        16384 * _KIB, 32768 * _KIB, 65536 * _KIB,
+        _KIB, 4 * _KIB, 16 * _KIB, 64 * _KIB, 256 * _KIB, 512 * _KIB, 768 * _KIB, 1024 * _KIB, 1536 * _KIB,
+        2048 * _KIB, 3072 * _KIB, 4096 * _KIB, 6144 * _KIB, 8192 * _KIB, 12288 * _KIB, 16384 * _KIB,
+        32768 * _KIB, 65536 * _KIB,
     )
 )
 COUNT_BUCKETS = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 5000.0, 10000.0, 100000.0)

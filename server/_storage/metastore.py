@@ -136,7 +136,7 @@ class OxiaMetadataStore:
         )
 
     def get(self, key: str, partition_key: str) -> Record | None:
-        with self._translated("get", key), self._metrics.oxia_op("get"):
+        with self._metrics.oxia_op("get"), self._translated("get", key):
             try:
                 k, value, version = self._client.get(key, partition_key=partition_key)
             except self._oxia.ex.KeyNotFound:  # an answer, not an error
@@ -144,7 +144,7 @@ class OxiaMetadataStore:
         return Record(k, value, version.version_id())
 
     def ceiling(self, key: str, partition_key: str) -> Record | None:
-        with self._translated("ceiling get", key), self._metrics.oxia_op("get_ceiling"):
+        with self._metrics.oxia_op("get_ceiling"), self._translated("ceiling get", key):
             try:
                 k, value, version = self._client.get(
                     key, partition_key=partition_key, comparison_type=self._oxia.ComparisonType.CEILING,
@@ -162,18 +162,18 @@ class OxiaMetadataStore:
         ephemeral: bool = False,
     ) -> int:
         op = "put_ephemeral" if ephemeral else ("put" if expected_version is None else "put_cas")
-        with self._translated("put", key), self._metrics.oxia_op(op, len(value)):
+        with self._metrics.oxia_op(op, len(value)), self._translated("put", key):
             _, version = self._client.put(
                 key, value, partition_key=partition_key, expected_version_id=expected_version, ephemeral=ephemeral,
             )
         return version.version_id()
 
     def delete(self, key: str, partition_key: str, expected_version: int | None = None) -> bool:
-        with self._translated("delete", key), self._metrics.oxia_op("delete"):
+        with self._metrics.oxia_op("delete"), self._translated("delete", key):
             return self._client.delete(key, partition_key=partition_key, expected_version_id=expected_version)
 
     def delete_range(self, min_key: str, max_key: str, partition_key: str) -> None:
-        with self._translated("delete_range", min_key), self._metrics.oxia_op("delete_range"):
+        with self._metrics.oxia_op("delete_range"), self._translated("delete_range", min_key):
             self._client.delete_range(min_key, max_key, partition_key=partition_key)
 
     def range_scan(self, min_key: str, max_key: str, partition_key: str | None) -> Iterator[Record]:
@@ -184,7 +184,7 @@ class OxiaMetadataStore:
                 yield Record(k, value, version.version_id())
 
     def list_keys(self, min_key: str, max_key: str, partition_key: str | None = None) -> list[str]:
-        with self._translated("list", min_key), self._metrics.oxia_op("list"):
+        with self._metrics.oxia_op("list"), self._translated("list", min_key):
             return list(self._client.list(min_key, max_key, partition_key=partition_key))
 
     def close(self) -> None:

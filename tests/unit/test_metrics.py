@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import server
 from server._config import LoadtestInfo
-from server._errors import ConfigError, LlogError
+from server._errors import ConfigError, LlogError, VersionConflict
 from server._metrics import BY_NAME, CATALOGUE, PRESENT_AT_START, Kind, LlogMetrics, MetricSpec, UnknownMetric
 
 SERVER = Path(server.__file__).parent
@@ -127,8 +127,8 @@ def test_prometheus_text_has_help_type_and_static_labels_and_no_created_series()
     assert samples[("llog_produce_records_total", (b,))] == 5
     assert samples[("llog_batcher_inflight_bytes", (b,))] == 1024
     assert samples[("llog_batcher_flush_seconds_count", (b,))] == 1
-    assert samples[("llog_batcher_flush_seconds_bucket", (b, ("le", "0.25")))] == 1
-    assert samples[("llog_batcher_flush_seconds_bucket", (b, ("le", "0.1")))] == 0
+    assert samples[("llog_batcher_flush_seconds_bucket", (b, ("le", "0.2")))] == 1  # 0.2 falls in (0.15, 0.2]
+    assert samples[("llog_batcher_flush_seconds_bucket", (b, ("le", "0.15")))] == 0
     key = ("llog_http_requests_total", (b, ("method", "POST"), ("path", "/produce"), ("status", "200")))
     assert samples[key] == 1
 
@@ -223,6 +223,11 @@ def test_timed_counts_outcome_latency_and_bytes():
     assert m.counter("s3_operations_total", op="get", outcome="error") == 1
     assert m.counter("s3_bytes_total") == 0
     assert m.histogram("oxia_operation_seconds", op="put").count == 1
+    with pytest.raises(VersionConflict):
+        with m.oxia_op("put_cas", 10):
+            raise VersionConflict("another version")
+    assert m.counter("oxia_operations_total", op="put_cas", outcome="conflict") == 1
+    assert m.counter("oxia_operations_total", op="put_cas", outcome="error") == 0
 
 
 # -- load-test scenario info -----------------------------------------------------------------------------------
