@@ -40,7 +40,8 @@ from matplotlib.lines import Line2D  # noqa: E402
 from ._panel_data import PanelData, Series, TimeRange, reduce_values  # noqa: E402
 from ._units import Unit, unit_for  # noqa: E402
 
-__all__ = ["DPI", "HEADER_PX", "MAX_SERIES", "PANEL_PX", "columns_for", "draw_row", "image_size_px", "series_to_draw"]
+__all__ = ["DPI", "HEADER_PX", "MAX_SERIES", "MUTED", "PANEL_PX", "UTC", "UnitFormatter", "UnitLocator", "columns_for",
+           "draw_row", "image_size_px", "notice", "series_to_draw", "style_time_axis", "style_value_axis"]
 
 DPI = 100
 PANEL_PX = (640, 420)
@@ -52,7 +53,7 @@ TIME_SERIES_KINDS = {"timeseries", "graph", "heatmap", "histogram", "trend", "st
 VALUE_KINDS = {"stat", "gauge", "bargauge", "singlestat", "table", "piechart"}
 QUERIED_KINDS = TIME_SERIES_KINDS | VALUE_KINDS
 UTC = dt.timezone.utc
-_MUTED = "#8a8a8a"
+MUTED = "#8a8a8a"
 
 
 def columns_for(panels: Sequence[PanelData]) -> int:
@@ -122,18 +123,18 @@ def draw_panel(ax: Axes, data: PanelData, window: TimeRange) -> None:
     elif kind not in QUERIED_KINDS:
         _text_panel(ax, f"panel type '{kind}' is not drawn")
     elif not data.panel.targets:
-        _notice(ax, "no Prometheus queries", _MUTED, window)
+        notice(ax, "no Prometheus queries", MUTED, window)
     elif data.errors and not any(s.finite for s in data.series):
-        _notice(ax, "query failed", "#c0392b", window, detail=data.errors[0])
+        notice(ax, "query failed", "#c0392b", window, detail=data.errors[0])
     elif data.empty:
-        _notice(ax, "no data", _MUTED, window)
+        notice(ax, "no data", MUTED, window)
     elif kind in VALUE_KINDS:
         _value_panel(ax, data, window)
     else:
         _time_series_panel(ax, data, window)
 
 
-def _style_time_axis(ax: Axes, window: TimeRange) -> None:
+def style_time_axis(ax: Axes, window: TimeRange) -> None:
     ax.set_xlim(_utc(window.start_s), _utc(window.end_s))
     locator = mdates.AutoDateLocator(tz=UTC, minticks=4, maxticks=8)
     for unit in (mdates.SECONDLY, mdates.MINUTELY):  # 2-minute ticks for 10 minutes, not 5
@@ -147,8 +148,8 @@ def _style_time_axis(ax: Axes, window: TimeRange) -> None:
         ax.spines[side].set_visible(False)
 
 
-def _notice(ax: Axes, message: str, color: str, window: TimeRange, *, detail: str = "") -> None:
-    _style_time_axis(ax, window)
+def notice(ax: Axes, message: str, color: str, window: TimeRange, *, detail: str = "") -> None:
+    style_time_axis(ax, window)
     ax.set_yticks([])
     ax.text(0.5, 0.56 if detail else 0.5, message, transform=ax.transAxes, ha="center", va="center",
             fontsize=18, color=color, fontweight="bold",
@@ -190,8 +191,8 @@ def _time_series_panel(ax: Axes, data: PanelData, window: TimeRange) -> None:
         handles.append(Line2D([], [], color="none", label=f"+{hidden} more series not drawn (smaller peaks)"))
     if data.errors:
         handles.append(Line2D([], [], color="none", label=f"{len(data.errors)} query failed: see the summary"))
-    _style_time_axis(ax, window)
-    _style_value_axis(ax, unit, [v * unit.to_base for s in shown for v in s.finite])
+    style_time_axis(ax, window)
+    style_value_axis(ax, unit, [v * unit.to_base for s in shown for v in s.finite])
     _legend_below(ax, handles)
 
 
@@ -215,7 +216,7 @@ def _legend_below(ax: Axes, handles: list) -> None:
               frameon=False, handlelength=1.6, borderaxespad=0.0, columnspacing=1.2, labelspacing=0.3)
 
 
-def _style_value_axis(ax: Axes, unit: Unit, values: Sequence[float]) -> None:
+def style_value_axis(ax: Axes, unit: Unit, values: Sequence[float]) -> None:
     low, high = min(values, default=0.0), max(values, default=0.0)
     if low >= 0:
         ax.set_ylim(bottom=0, top=high * 1.08 if high > 0 else 1)
@@ -231,8 +232,8 @@ def _value_panel(ax: Axes, data: PanelData, window: TimeRange) -> None:
     first = shown[0]
     ax.plot([_utc(t) for t in first.times_s], [v * unit.to_base for v in first.values],
             color="#9ecae1", linewidth=1.2)
-    _style_time_axis(ax, window)
-    _style_value_axis(ax, unit, [v * unit.to_base for v in first.finite])
+    style_time_axis(ax, window)
+    style_value_axis(ax, unit, [v * unit.to_base for v in first.finite])
     if len(shown) == 1:
         text, size = unit.format(reduce_values(first, data.panel.reduce)), 30
     else:
