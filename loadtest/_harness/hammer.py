@@ -1,0 +1,305 @@
+"""Build, configure and run ``loadtest/http_hammer.go``, the harness's HTTP load generator.
+
+:func:`ensure_hammer` builds the binary with the machine's Go toolchain into the
+per-user cache (``$LLOG_CACHE_DIR``, default ``~/.cache/llog``)::
+
+    bin/http_hammer-<key>       key: the first 16 hex digits of sha256(source, Go version)
+    bin/http_hammer.build.log   go's output of the last build
+    bin/.http_hammer.lock       held while building, so two processes never both build
+    go-build/                   GOCACHE of the build ($GOCACHE wins when set)
+
+The exact source bytes that were hashed are copied into a temporary directory
+and built there, so a binary is always the build of its key; it is written
+under a temporary name and renamed, so a binary under its key is complete and
+the fast path is one hash, one ``go env GOVERSION`` and one ``stat``.
+
+:class:`HammerConfig` holds every flag of the binary (``argv``), and
+:func:`run_hammer` runs one load with its output in a log file. The flags and
+the artifacts are documented in ``loadtest/README.md`` ("http_hammer").
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+from devstack import cache_dir, die_with_parent_argv
+from server._errors import ConfigError
+
+__all__ = [
+    "HAMMER_SOURCE",
+    "HammerBuildError",
+    "HammerConfig",
+    "ensure_hammer",
+    "hammer_config_for",
+    "hammer_key",
+    "run_hammer",
+]
+
+HAMMER_SOURCE = Path(__file__).resolve().parents[1] / "http_hammer.go"
+HEADER_BYTES = 17
+"""Every payload starts with 16 hex digits of its send time and a separator."""
+
+_GO_FALLBACK = Path("/usr/local/go/bin/go")
+_EXIT_GRACE_S = 60.0
+"""How long past its own deadline (duration, drain, request timeout) the hammer may take to exit."""
+
+
+class HammerBuildError(RuntimeError):
+    """``go build`` of the hammer failed; the message holds the end of the build log."""
+
+
+def _progress(message: str) -> None:
+    print(f"[hammer] {message}", file=sys.stderr, flush=True)
+
+
+# -- configuration ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HammerConfig:
+    """One run of the hammer: every flag of ``http_hammer`` (``-h`` explains each)."""
+
+    mode: str = "closed"
+    """``closed``: ``concurrency`` requests in flight; ``open``: ``rate_records_per_s`` on a schedule."""
+    rate_records_per_s: float = 10_000.0
+    """Open loop: target records per second."""
+    concurrency: int = 16
+    """Closed loop: produce requests in flight."""
+    max_inflight: int = 512
+    """Open loop: a request due while this many are in flight is not sent (``errors.backlog``)."""
+    duration_s: float = 30.0
+    record_bytes: int = 1024
+    records_per_request: int = 100
+    partitions_per_request: int = 1
+    topic: str | None = None
+    """Only the manifest's partitions of this topic (None: all)."""
+    selection: str | None = None
+    """``round_robin`` or ``least_inflight`` (None: the manifest's)."""
+    consumers: int = 0
+    consume_from: str = "end"
+    """``end``: each partition's high watermark when first asked; ``start``: offset 1."""
+    max_wait_ms: int = 500
+    window_s: float = 30.0
+    timeout_s: float = 10.0
+    down_backoff_s: float = 1.0
+    drain_s: float = 5.0
+    """After producing stops, how long consumers may read on to catch up."""
+    seed: int = 1
+
+    def __post_init__(self) -> None:
+        def need(ok: bool, message: str) -> None:
+            if not ok:
+                raise ConfigError(f"HammerConfig: {message}")
+
+        need(self.mode in ("open", "closed"), f"mode must be open or closed, got {self.mode!r}")
+        need(self.mode != "open" or (self.rate_records_per_s > 0 and math.isfinite(self.rate_records_per_s)),
+             f"rate_records_per_s must be > 0 in open mode, got {self.rate_records_per_s}")
+        need(self.concurrency >= 1 and self.max_inflight >= 1, "concurrency and max_inflight must be >= 1")
+        need(self.duration_s > 0, f"duration_s must be > 0, got {self.duration_s}")
+        need(self.record_bytes >= HEADER_BYTES, f"record_bytes must be >= {HEADER_BYTES}, got {self.record_bytes}")
+        need(self.records_per_request >= 1 and self.partitions_per_request >= 1,
+             "records_per_request and partitions_per_request must be >= 1")
+        need(self.selection in (None, "round_robin", "least_inflight"),
+             f"selection must be round_robin or least_inflight, got {self.selection!r}")
+        need(self.consumers >= 0 and self.max_wait_ms >= 0, "consumers and max_wait_ms must be >= 0")
+        need(self.consume_from in ("end", "start"), f"consume_from must be end or start, got {self.consume_from!r}")
+        need(self.window_s > 0 and self.timeout_s > 0 and self.down_backoff_s > 0,
+             "window_s, timeout_s and down_backoff_s must be > 0")
+        need(self.drain_s >= 0, f"drain_s must be >= 0, got {self.drain_s}")
+
+    def argv(self, binary: Path | str, manifest: Path | str, out_dir: Path | str) -> list[str]:
+        """The command line that runs this configuration."""
+        args = [
+            str(binary),
+            "-manifest", str(manifest),
+            "-out", str(out_dir),
+            "-mode", self.mode,
+            "-rate", f"{self.rate_records_per_s:g}",
+            "-concurrency", str(self.concurrency),
+            "-max-inflight", str(self.max_inflight),
+            "-duration", _go_duration(self.duration_s),
+            "-record-bytes", str(self.record_bytes),
+            "-records-per-request", str(self.records_per_request),
+            "-partitions-per-request", str(self.partitions_per_request),
+            "-consumers", str(self.consumers),
+            "-consume-from", self.consume_from,
+            "-max-wait-ms", str(self.max_wait_ms),
+            "-window", _go_duration(self.window_s),
+            "-timeout", _go_duration(self.timeout_s),
+            "-down-backoff", _go_duration(self.down_backoff_s),
+            "-drain", _go_duration(self.drain_s),
+            "-seed", str(self.seed),
+        ]
+        if self.topic is not None:
+            args += ["-topic", self.topic]
+        if self.selection is not None:
+            args += ["-selection", self.selection]
+        return args
+
+    @property
+    def deadline_s(self) -> float:
+        """When a run of this configuration has surely ended (its exit may take a little longer)."""
+        return self.duration_s + self.drain_s + 2 * self.timeout_s + self.max_wait_ms / 1000
+
+
+def _go_duration(seconds: float) -> str:
+    """A Go ``time.ParseDuration`` string: whole milliseconds when exact, else microseconds."""
+    millis = seconds * 1000
+    if millis == int(millis):
+        return f"{int(millis)}ms"
+    return f"{round(seconds * 1_000_000)}us"
+
+
+def hammer_config_for(scenario: Any) -> HammerConfig:
+    """The hammer's configuration for a harness scenario (``scenario.duration_s`` and
+    ``scenario.load``: topic, mode, rate, concurrency, record_bytes, records_per_request,
+    partitions_per_request, consumers, selection, seed, window_s, timeout_s)."""
+    load = scenario.load
+    open_loop = load.mode == "open"
+    return HammerConfig(
+        mode=load.mode,
+        rate_records_per_s=float(load.rate) if open_loop else HammerConfig.rate_records_per_s,
+        concurrency=load.concurrency if load.concurrency >= 1 else HammerConfig.concurrency,
+        duration_s=float(scenario.duration_s),
+        record_bytes=load.record_bytes,
+        records_per_request=load.records_per_request,
+        partitions_per_request=load.partitions_per_request,
+        topic=load.topic,
+        selection=load.selection,
+        consumers=load.consumers,
+        window_s=float(load.window_s),
+        timeout_s=float(load.timeout_s),
+        seed=load.seed,
+    )
+
+
+# -- building ---------------------------------------------------------------------------
+
+
+def hammer_key(source: bytes, go_version: str) -> str:
+    """What a cached binary is named for: the source and the toolchain that built it."""
+    digest = hashlib.sha256()
+    digest.update(go_version.encode())
+    digest.update(b"\x00")
+    digest.update(source)
+    return digest.hexdigest()[:16]
+
+
+def _find_go() -> str:
+    go = shutil.which("go")
+    if go is None and os.access(_GO_FALLBACK, os.X_OK):
+        go = str(_GO_FALLBACK)
+    if go is None:
+        raise ConfigError(
+            "the Go toolchain is needed to build loadtest/http_hammer.go: install it from "
+            "https://go.dev/dl/ and put `go` on PATH"
+        )
+    return go
+
+
+def _go_env(go: str) -> dict[str, str]:
+    gocache = os.environ.get("GOCACHE") or str(cache_dir() / "go-build")
+    # GOTOOLCHAIN=local: never download another toolchain; CGO_ENABLED=0: a static
+    # binary (the pure-Go resolver is all it needs); GOFLAGS cleared: a stdlib-only file.
+    return dict(os.environ, GOCACHE=gocache, GOTOOLCHAIN="local", CGO_ENABLED="0", GOFLAGS="")
+
+
+def _go_version(go: str) -> str:
+    result = subprocess.run([go, "env", "GOVERSION"], capture_output=True, text=True, env=_go_env(go), check=False)
+    version = result.stdout.strip()
+    if result.returncode != 0 or not version:
+        raise ConfigError(f"`{go} env GOVERSION` failed (exit {result.returncode}): {result.stderr.strip()}")
+    return version
+
+
+def ensure_hammer(source: Path = HAMMER_SOURCE) -> Path:
+    """Return the cached hammer binary for ``source``, building it on first use."""
+    code = source.read_bytes()
+    go = _find_go()
+    directory = cache_dir() / "bin"
+    target = directory / f"http_hammer-{hammer_key(code, _go_version(go))}"
+    if os.access(target, os.X_OK):
+        return target
+    directory.mkdir(parents=True, exist_ok=True)
+    with _file_lock(directory / ".http_hammer.lock"):
+        if os.access(target, os.X_OK):  # another process built it while we waited
+            return target
+        _build(go, code, target, directory / "http_hammer.build.log")
+    return target
+
+
+def _build(go: str, code: bytes, target: Path, build_log: Path) -> None:
+    _progress(f"building {target.name} with {go} ...")
+    started = time.monotonic()
+    tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
+    with tempfile.TemporaryDirectory(prefix="llog-hammer-src-") as src:
+        main = Path(src) / "http_hammer.go"
+        main.write_bytes(code)
+        argv = [go, "build", "-trimpath", "-o", str(tmp), str(main)]
+        with open(build_log, "w") as log:
+            log.write(f"$ (cd {src} && {' '.join(argv)})\n")
+            log.flush()
+            result = subprocess.run(argv, cwd=src, env=_go_env(go), stdout=log, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, check=False)
+    if result.returncode != 0:
+        tmp.unlink(missing_ok=True)
+        tail = "\n".join(build_log.read_text(errors="replace").splitlines()[-30:])
+        raise HammerBuildError(f"go build of the hammer failed (exit {result.returncode}); {build_log}:\n{tail}")
+    os.replace(tmp, target)
+    _progress(f"built {target} in {time.monotonic() - started:.1f}s")
+
+
+@contextmanager
+def _file_lock(path: Path) -> Iterator[None]:
+    with open(path, "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            _progress("another process is building the hammer; waiting for it")
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+# -- running ----------------------------------------------------------------------------
+
+
+def run_hammer(config: HammerConfig, manifest_path: Path, out_dir: Path, log_path: Path) -> int:
+    """Run one load (building the binary if needed) with stdout and stderr in
+    ``log_path``; return the hammer's exit status (0: the run completed, even
+    with request errors). A hammer still running well past its deadline is
+    killed and reported as an error."""
+    binary = ensure_hammer()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(  # SIGTERM if we die, so no hammer outlives its caller
+            die_with_parent_argv(config.argv(binary, manifest_path, out_dir)),
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        )
+        try:
+            return proc.wait(timeout=config.deadline_s + _EXIT_GRACE_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise RuntimeError(
+                f"the hammer did not exit within {config.deadline_s + _EXIT_GRACE_S:.0f} s; killed; see {log_path}"
+            ) from None
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
