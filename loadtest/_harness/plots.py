@@ -329,7 +329,7 @@ def _time_range(files: RunFiles) -> TimeRange:
     if not known:
         known = [files.stack.get("created_at_ms", 0) / 1000 or 0.0]
     start, end = min(known), max(known)
-    return TimeRange(start, max(end, start + 60), 30)
+    return TimeRange(start, max(end, start + 10), 30)  # a short run fills the axis
 
 
 def _run_name(files: RunFiles) -> str:

@@ -358,7 +358,7 @@ class Broker:
             "produce %s answered in %.1f ms: %d of %d batches committed", request_id,
             (time.monotonic() - started) * 1000, sum(1 for r in results if r.error is None), len(results),
         )
-        return self._produce_response(results, request.record_count, request.payload_bytes, started)
+        return self._produce_response(results, groups, started)
 
     def _fill_cache(self, groups: Sequence[SharedAppendGroup], future: Future) -> None:
         """Runs when the flush resolves (normally on the flusher thread, in
@@ -396,9 +396,14 @@ class Broker:
             return tp in self._pending_writes
 
     def _produce_response(
-        self, results: Sequence[AppendResult], records: int, nbytes: int, started: float
+        self, results: Sequence[AppendResult], groups: Sequence[SharedAppendGroup], started: float
     ) -> Response:
         failed = [r for r in results if r.error is not None]
+        # Every acknowledged batch counts, in a 409 beside a failed one too: the
+        # client was given its offsets (the load-test reconciliation relies on it).
+        acked = [(r, g) for r, g in zip(results, groups) if r.error is None]
+        self.metrics.inc("produce_records_total", sum(r.count for r, _ in acked))
+        self.metrics.inc("produce_payload_bytes_total", sum(len(p) for _, g in acked for p in g.payloads))
         body: dict[str, Any] = {
             "results": [append_result_json(r) for r in results],
             "success_count": len(results) - len(failed),
@@ -407,8 +412,6 @@ class Broker:
         headers: list[tuple[str, str]] = []
         if not failed:
             status = 200
-            self.metrics.inc("produce_records_total", records)
-            self.metrics.inc("produce_payload_bytes_total", nbytes)
             self.metrics.observe("produce_request_seconds", time.monotonic() - started)
         else:
             if len(failed) == len(results) and all(isinstance(r.error, BackPressureRejected) for r in failed):

@@ -163,13 +163,16 @@ def test_403_a_read_broker_refuses_produce_and_a_write_broker_consume(cluster: C
 def test_409_a_fenced_partition_next_to_an_open_one(cluster: Cluster) -> None:
     cluster.writer.initialize_partition("t", 1)
     cluster.writer.fence_partition("t", 1)
-    resp = cluster.broker().produce(body(("t", 0, ["a"]), ("t", 1, ["b"])))
+    broker = cluster.broker()
+    resp = broker.produce(body(("t", 0, ["aa"]), ("t", 1, ["b"])))
     assert resp.status == 409
     d = doc(resp)
     assert d["error_type"] == "AppendFailed" and (d["success_count"], d["error_count"]) == (1, 1)
     ok, fenced = d["results"]
     assert ok["ok"] and ok["start_offset"] == 1
     assert not fenced["ok"] and fenced["error_type"] == "PartitionFenced"
+    # The acknowledged batch counts although the request as a whole got 409.
+    assert (counter(broker, "produce_records_total"), counter(broker, "produce_payload_bytes_total")) == (1, 2)
 
 
 def test_409_names_a_batch_whose_outcome_is_unknown(cluster: Cluster) -> None:
