@@ -2,8 +2,11 @@
 
 - :func:`counter_check`: the client's acked records and bytes against the
   brokers' ``produce_records_total`` and ``produce_payload_bytes_total``,
-  with the differences the client's own uncertainty explains (unknown
-  outcomes, partially failed requests) and the lower bound a restart leaves;
+  with the difference the client's own uncertainty explains (unknown
+  outcomes: committed, counted by a broker, never acknowledged) and the lower
+  bound a restart leaves. A broker counts every batch it acknowledged, in a
+  409 beside a failed one too, so brokers never count fewer than the client
+  was acknowledged unless one restarted;
 - :func:`read_back_check`: every acked range read back from the log
   (:mod:`.readback`).
 
@@ -24,7 +27,7 @@ from .samples import ServiceSeries, number
 
 __all__ = ["Findings", "OUTCOME_SEVERITY", "counter_check", "read_back_check"]
 
-OUTCOME_SEVERITY = {"ok": 0, "explained_by_unknown": 0, "explained_by_partial": 1, "lower_bound": 1,
+OUTCOME_SEVERITY = {"ok": 0, "explained_by_unknown": 0, "lower_bound": 1,
                     "unexplained_excess": 1, "unavailable": 1, "missing": 2}
 
 
@@ -42,7 +45,7 @@ class Findings:
         self.warnings.append(message)
 
 
-def _compare(acked: float, accepted: float, excess_bound: float, shortfall_bound: float, restarted: bool) -> str:
+def _compare(acked: float, accepted: float, excess_bound: float, restarted: bool) -> str:
     diff = accepted - acked
     if diff == 0:
         return "ok"
@@ -50,7 +53,7 @@ def _compare(acked: float, accepted: float, excess_bound: float, shortfall_bound
         return "explained_by_unknown" if diff <= excess_bound else "unexplained_excess"
     if restarted:
         return "lower_bound"
-    return "explained_by_partial" if -diff <= shortfall_bound else "missing"
+    return "missing"
 
 
 def counter_check(client: Mapping[str, Any], totals: Mapping[str, Any], brokers: Mapping[str, ServiceSeries],
@@ -65,17 +68,17 @@ def counter_check(client: Mapping[str, Any], totals: Mapping[str, Any], brokers:
     per_request = unknown["records_per_request"] or 0
     record_bytes = acked_b / acked_r if acked_r else (client["intent"].get("record_bytes") or 0)
     restarted = sorted(n for n, s in brokers.items() if s.restarts())
-    bound_r, short_r = unknown["requests"] * per_request, unknown["partial_requests"] * per_request
+    bound_r = unknown["requests"] * per_request
     rows = {}
     for name, acked, accepted, scale in (("records", acked_r, totals["accepted_records"], 1.0),
                                          ("bytes", acked_b or 0, totals["accepted_bytes"], record_bytes)):
-        outcome = _compare(acked, accepted, bound_r * scale, short_r * scale, bool(restarted))
+        outcome = _compare(acked, accepted, bound_r * scale, bool(restarted))
         rows[name] = {"client_acked": acked, "brokers_accepted": accepted, "difference": number(accepted - acked),
                       "outcome": outcome}
     outcome = max((r["outcome"] for r in rows.values()), key=OUTCOME_SEVERITY.__getitem__)
     _note_counters(outcome, rows, restarted, notes)
     return {"outcome": outcome, "lower_bound": bool(restarted), "restarted_brokers": restarted, **rows,
-            "unknown_records_bound": number(bound_r), "partial_records_bound": number(short_r)}
+            "unknown_records_bound": number(bound_r)}
 
 
 def _note_counters(outcome: str, rows: Mapping[str, Any], restarted: Sequence[str], notes: Findings) -> None:
@@ -89,8 +92,6 @@ def _note_counters(outcome: str, rows: Mapping[str, Any], restarted: Sequence[st
                    "the read-back is the check that counts")
     elif outcome == "unexplained_excess":
         notes.warn(f"{said}: more than the client's unknown-outcome requests explain (another producer?)")
-    elif outcome == "explained_by_partial":
-        notes.warn(f"{said}: within what partially failed requests acknowledged (brokers count only 200s)")
 
 
 def read_back_check(files: RunFiles, read_back: ReadBack | None, client: Mapping[str, Any],
