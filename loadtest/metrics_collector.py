@@ -149,6 +149,12 @@ class MetricsCollector:
 
     close = stop
 
+    def track(self, stack: Mapping[str, Any]) -> None:
+        """Follow a changed stack.json from the next sample on (a process restarted with a new pid)."""
+        services, pids = _tracked(stack)
+        with self._lock:
+            self._services, self._pids = services, pids
+
     def sample_now(self) -> dict[str, Any]:
         """Take one sample, append it to the file and return it."""
         with self._lock:

@@ -22,7 +22,9 @@ class Breakable(Protocol):
 
 
 class FaultInjector:
-    """Runs the scenario's faults on a thread, relative to :meth:`start`."""
+    """Runs the scenario's faults on a thread, relative to :meth:`start`.
+    Call :meth:`stop` only after the stack is down: the thread stays alive
+    until then, because the processes it restarted die with it."""
 
     def __init__(self, stack: Breakable, faults: Sequence[Fault], log_path: Path,
                  say: Callable[[str], None] = print) -> None:
@@ -60,6 +62,10 @@ class FaultInjector:
             if self._stop.wait(max(0.0, self._t0 + at_s - time.monotonic())):
                 return
             self._do(target, action)
+        # A process restarted here dies with the thread that started it (the
+        # servers run under ``setpriv --pdeathsig``, which Linux ties to the
+        # starting thread): hold the thread until the run is over.
+        self._stop.wait()
 
     def _do(self, target: str, action: str) -> None:
         error = None

@@ -23,7 +23,7 @@ import datetime as dt
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import matplotlib
 
@@ -153,10 +153,15 @@ def _client_intervals(files: RunFiles, pick: Callable[[dict[str, Any]], float | 
     return out
 
 
+MIN_RATE_SPAN_S = 1.0
+"""A rate over a shorter window (the run's last, cut off) is noise: a few
+requests over a few milliseconds; it is not drawn."""
+
+
 def _per_second(key: str) -> Callable[[dict[str, Any]], float | None]:
     def pick(w: dict[str, Any]) -> float | None:
         span_s = (w["window_end_ms"] - w["window_start_ms"]) / 1000
-        return ((w.get("produce") or {}).get(key) or 0) / span_s if span_s > 0 else None
+        return ((w.get("produce") or {}).get(key) or 0) / span_s if span_s >= MIN_RATE_SPAN_S else None
     return pick
 
 
@@ -205,11 +210,25 @@ def _error_panels(data: RunData) -> list[Panel]:
                 lines.append(Line(f"{path} {kind}", intervals))
     if not lines and data.files.client_windows:
         lines = [Line("errors (none in any window)", _client_intervals(data.files, lambda w: 0.0))]
-    remaps = [(int(e["ts_ms"]), f"{e.get('topic')}:{e.get('partition')} {e.get('from')} → "
-                                f"{e.get('to') or 'no owner'} ({e.get('reason')})")
-              for e in data.files.remap_events if e.get("ts_ms")]
     return [Panel("Client errors per window, by kind (vertical lines: remaps)", "short", "requests per window",
-                  lines, sorted(remaps), "remap")]
+                  lines, _remap_markers(data.files.remap_events), "remap")]
+
+
+def _remap_markers(events: Sequence[Mapping[str, Any]]) -> list[Marker]:
+    """One marker per burst: a broker going down (or coming back) moves all its
+    partitions within a moment, and one label per partition would overprint."""
+    bursts: dict[tuple[int, str, str], list[Mapping[str, Any]]] = {}
+    for e in events:
+        if e.get("ts_ms"):
+            key = (int(e["ts_ms"]) // 2000, str(e.get("from") if e.get("reason") != "recovered" else e.get("to")),
+                   str(e.get("reason")))
+            bursts.setdefault(key, []).append(e)
+    markers = []
+    for (_, broker, reason), group in bursts.items():
+        first = min(int(e["ts_ms"]) for e in group)
+        moved = "back to" if reason == "recovered" else "off"
+        markers.append((first, f"{len(group)} partition{'s' if len(group) > 1 else ''} {moved} {broker} ({reason})"))
+    return sorted(markers)
 
 
 def _lag_points(data: RunData) -> dict[str, list[Point]]:

@@ -67,7 +67,7 @@ def counter_check(client: Mapping[str, Any], totals: Mapping[str, Any], brokers:
     unknown = client["unknown_outcome"]
     per_request = unknown["records_per_request"] or 0
     record_bytes = acked_b / acked_r if acked_r else (client["intent"].get("record_bytes") or 0)
-    restarted = sorted(n for n, s in brokers.items() if s.restarts())
+    restarted = sorted(n for n, s in brokers.items() if s.lost_counts())
     bound_r = unknown["requests"] * per_request
     rows = {}
     for name, acked, accepted, scale in (("records", acked_r, totals["accepted_records"], 1.0),
@@ -88,7 +88,7 @@ def _note_counters(outcome: str, rows: Mapping[str, Any], restarted: Sequence[st
     if outcome == "missing":
         notes.error(f"{said}: brokers counted fewer records than the client acknowledged")
     elif outcome == "lower_bound":
-        notes.warn(f"{said}: a lower bound, {', '.join(restarted)} restarted and lost counts; "
+        notes.warn(f"{said}: a lower bound, {', '.join(restarted)} restarted or died and lost counts; "
                    "the read-back is the check that counts")
     elif outcome == "unexplained_excess":
         notes.warn(f"{said}: more than the client's unknown-outcome requests explain (another producer?)")

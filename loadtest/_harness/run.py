@@ -71,9 +71,11 @@ def start_stack(scenario: Scenario, options: RunOptions, say: Callable[[str], No
 
 
 def run_scenario(scenario: Scenario, options: RunOptions, say: Callable[[str], None] = print) -> RunOutcome:
-    stack = start_stack(scenario, options, say)
+    # --keep leaves the processes running after we exit: they must not die with us.
+    stack = start_stack(scenario, options, say, die_with_parent=not options.keep)
     run_dir = stack.run_dir
     observability = None
+    faults = FaultInjector(stack, scenario.faults, run_dir / "faults.jsonl", say=say)
     images: list[Path] = []
     try:
         if options.prometheus if options.prometheus is not None else scenario.stack.prometheus:
@@ -82,7 +84,7 @@ def run_scenario(scenario: Scenario, options: RunOptions, say: Callable[[str], N
             observability = QuickObservability(run_dir, say=say)
             observability.start(_stack_doc(run_dir))
         started_s = time.time()
-        _drive_load(stack, scenario, options, say)
+        _drive_load(stack, scenario, options, faults, say)
         ended_s = time.time()
         summary = _finish(stack, say)
         images += _plots(run_dir, say)
@@ -96,6 +98,7 @@ def run_scenario(scenario: Scenario, options: RunOptions, say: Callable[[str], N
             stack.detach()
         else:
             stack.down()
+        faults.stop()
     ok = bool(summary.get("reconciliation", {}).get("ok"))
     return RunOutcome(run_dir, summary, tuple(images), ok)
 
@@ -106,14 +109,15 @@ def _stack_doc(run_dir: Path) -> dict[str, Any]:
     return json.loads((run_dir / "stack.json").read_text())
 
 
-def _drive_load(stack: RunStack, scenario: Scenario, options: RunOptions, say: Callable[[str], None]) -> None:
+def _drive_load(stack: RunStack, scenario: Scenario, options: RunOptions, faults: FaultInjector,
+                say: Callable[[str], None]) -> None:
     from loadtest._harness.hammer import hammer_config_for, run_hammer
     from loadtest.metrics_collector import MetricsCollector
 
     run_dir = stack.run_dir
     interval = options.collector_interval_s or scenario.load.window_s
     collector = MetricsCollector(_stack_doc(run_dir), run_dir / "metrics-30s.jsonl", interval_s=interval)
-    faults = FaultInjector(stack, scenario.faults, run_dir / "faults.jsonl", say=say)
+    stack.listeners.append(collector.track)  # a restarted process has a new pid
     collector.start()
     faults.start()
     try:
@@ -123,9 +127,9 @@ def _drive_load(stack: RunStack, scenario: Scenario, options: RunOptions, say: C
         if code != 0:
             say(f"the hammer exited with status {code}: see {run_dir / 'logs' / 'http_hammer.log'}")
     finally:
-        faults.stop()
         collector.sample_now()
         collector.stop()
+        stack.listeners.remove(collector.track)
 
 
 def _finish(stack: RunStack, say: Callable[[str], None]) -> dict[str, Any]:

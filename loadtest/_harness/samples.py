@@ -108,6 +108,9 @@ class ServiceSeries:
     resets: set[int] = field(default_factory=set)
     """Indices of ``docs`` that come from a new process (uptime or the counters
     went down, or the pid changed)."""
+    ended_unreachable: bool = False
+    """The last scrapes failed after a successful one: the process died (or
+    stopped answering), and whatever it counted since its last scrape is lost."""
 
     @property
     def last(self) -> dict[str, Any] | None:
@@ -131,6 +134,10 @@ class ServiceSeries:
 
     def restarts(self) -> int:
         return len(self.resets)
+
+    def lost_counts(self) -> bool:
+        """Whether its counters undercount the run (a restart, or no answer at the end)."""
+        return bool(self.resets) or self.ended_unreachable
 
 
 @dataclass
@@ -174,6 +181,7 @@ def service_series(samples: Sequence[Doc], kinds: Mapping[str, str]) -> dict[str
             if not (scrape or {}).get("ok") or not isinstance(doc, dict):
                 series.failed += 1
                 series.last_error = (scrape or {}).get("error") or series.last_error
+                series.ended_unreachable = bool(series.docs)
                 continue
             pid = ((sample.get("processes") or {}).get(name) or {}).get("pid")
             if series.docs and (_restarted(series.docs[-1], doc) or _pid_changed(last_pid.get(name), pid)):
@@ -181,6 +189,7 @@ def service_series(samples: Sequence[Doc], kinds: Mapping[str, str]) -> dict[str
             last_pid[name] = pid if pid is not None else last_pid.get(name)
             series.times_ms.append(ts)
             series.docs.append(doc)
+            series.ended_unreachable = False
     return out
 
 

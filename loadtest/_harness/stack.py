@@ -92,6 +92,8 @@ class RunStack:
         )
         self.services: dict[str, Service] = {}
         self.llog_env: dict[str, str] = {}
+        self.listeners: list[Callable[[dict[str, Any]], None]] = []
+        """Called with the new stack.json after every change (a restart: new pids)."""
 
     # -- up / down ---------------------------------------------------------------------------------
     def up(self) -> None:
@@ -159,6 +161,8 @@ class RunStack:
         }
         path = self.run_dir / "stack.json"
         write_json_atomic(path, doc)
+        for listener in self.listeners:
+            listener(doc)
         return path
 
     def _service(self, name: str, kind: str, role: str, port: int) -> Service:

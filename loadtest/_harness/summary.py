@@ -173,7 +173,12 @@ def client_section(files: RunFiles, notes: Findings) -> dict[str, Any]:
 
 def _unknown_outcome(intent: Mapping[str, Any], produce: Mapping[str, Any], errors: Mapping[str, Any]) -> dict:
     status = produce.get("status") or {}
-    unknown = int(errors.get("timeout", 0)) + int(status.get("504", 0))
+    # The hammer counts every request whose outcome it never learned (timeout,
+    # connection lost after sending, 504, 500, an OutcomeUnknown batch).
+    if "unknown_requests" in produce:
+        unknown = int(produce["unknown_requests"])
+    else:
+        unknown = int(errors.get("timeout", 0)) + int(status.get("504", 0))
     per_request = intent.get("records_per_request")
     if not per_request and status.get("200") and produce.get("acked_records"):
         per_request = produce["acked_records"] / status["200"]

@@ -142,3 +142,16 @@ def test_cli_runs_until_sigterm_then_takes_a_last_sample(http_url: str, tmp_path
     assert proc.returncode == 0, err
     n = len(out.read_text().splitlines())
     assert f"{n} samples appended to {out}" in err
+
+
+def test_track_follows_a_restarted_process(tmp_path):
+    import os
+
+    from loadtest.metrics_collector import MetricsCollector
+
+    stack = {"processes": [{"name": "oxia", "kind": "oxia", "pid": 2 ** 22 + 7, "metrics_url": None}]}
+    collector = MetricsCollector(stack, tmp_path / "m.jsonl", interval_s=60)
+    assert collector.sample_now()["processes"]["oxia"]["alive"] is False
+    collector.track({"processes": [{"name": "oxia", "kind": "oxia", "pid": os.getpid(), "metrics_url": None}]})
+    sample = collector.sample_now()["processes"]["oxia"]
+    assert sample["alive"] is True and sample["pid"] == os.getpid()

@@ -125,6 +125,15 @@ def test_broker_restart_makes_counters_a_lower_bound(tmp_path: Path) -> None:
     assert any("lower bound" in w for w in rec["warnings"])
 
 
+def test_a_broker_dead_at_the_end_makes_counters_a_lower_bound(tmp_path: Path) -> None:
+    # broker-2 died after its fourth sample: what it accepted since is counted nowhere
+    run_dir = write_run(tmp_path / "run", broker_records={"broker-2": (0, 500, 1000, 1500, 1500, 1500)},
+                        failed_scrapes={"broker-2": [4, 5]})
+    rec = build_summary(run_dir, read_back=FakeReadBack(FULL_LOG))["reconciliation"]
+    assert _sub(rec["counters"], {"outcome": "lower_bound", "restarted_brokers": ["broker-2"]})
+    assert rec["ok"] is True and any("restarted or died" in w for w in rec["warnings"])
+
+
 def test_missing_artifacts_and_failed_scrapes_are_warnings(tmp_path: Path) -> None:
     run_dir = write_run(tmp_path / "run", failed_scrapes={"broker-1": [2]})
     (run_dir / "git.json").unlink()
