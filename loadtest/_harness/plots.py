@@ -6,7 +6,7 @@
    across brokers) on one time axis;
 2. ``02-latency.png``: produce p50/p99/p99.9 and consume end-to-end p50/p99 per window;
 3. ``03-errors.png``: client errors by kind per window, remap events as labelled vertical lines;
-4. ``04-compaction.png``: compaction lag (the largest partitions, and the max
+4. ``04-compaction.png``: compaction backlog (the largest partitions, and the max
    over all, each partition's lag the max across compactors) and compacted offsets/s;
 5. ``05-processes.png``: CPU % per process (and the host's busy %) and RSS per process.
 
@@ -236,7 +236,9 @@ def _lag_points(data: RunData) -> dict[str, list[Point]]:
     by_time: dict[int, dict[str, float]] = {}
     for series in data.of_kind("compactor"):
         for ts, doc in zip(series.times_ms, series.docs):
-            for key, value in ((doc.get("gauges") or {}).get("compactor_lag_offsets") or {}).items():
+            gauges = doc.get("gauges") or {}
+            lag = gauges.get("compactor_backlog_offsets") or gauges.get("compactor_lag_offsets") or {}
+            for key, value in lag.items():
                 labels = label_values(key)
                 partition = f"{labels.get('topic', '')}:{labels.get('partition', '')}"
                 row = by_time.setdefault(ts, {})

@@ -283,7 +283,11 @@ def compactor_figures(series: ServiceSeries) -> dict[str, Any]:
 
 
 def _lag_of(doc: Mapping[str, Any]) -> dict[str, float]:
-    gauges = (doc.get("gauges") or {}).get("compactor_lag_offsets") or {}
+    """Per partition, how far behind the compactor was when it last came to it
+    (``compactor_backlog_offsets``; older services only have the lag their
+    last run left, ``compactor_lag_offsets``)."""
+    all_gauges = doc.get("gauges") or {}
+    gauges = all_gauges.get("compactor_backlog_offsets") or all_gauges.get("compactor_lag_offsets") or {}
     out = {}
     for key, value in gauges.items():
         labels = label_values(key)

@@ -100,7 +100,7 @@ def _compactors_line(compactors: Mapping[str, Any]) -> str:
     lag = t.get("lag") or {}
     worst = (lag.get("worst") or [{}])[0]
     return (f"compactors {compactors['count']}: runs {_pairs(t.get('runs'))}; compacted "
-            f"{_n(t.get('compacted_offsets'))} offsets, {_bytes(t.get('compacted_bytes'))}; lag max "
+            f"{_n(t.get('compacted_offsets'))} offsets, {_bytes(t.get('compacted_bytes'))}; backlog max "
             f"{_n(lag.get('max_offsets'))} ({worst.get('partition', '-')}); vacuum reclaimed "
             f"{_bytes((t.get('vacuum') or {}).get('bytes_reclaimed'))}")
 

@@ -116,8 +116,17 @@ class CompactionResult:
 
     @property
     def lag_offsets(self) -> int:
-        """Offsets written but not yet compacted (as of this run)."""
+        """Offsets written but not yet compacted (as of this run): what is left."""
         return max(0, self.high_watermark - (self.cursor - 1))
+
+    @property
+    def backlog_offsets(self) -> int:
+        """Offsets waiting for compaction when this run started: how far behind
+        the compactor was when it came to the partition (``lag_offsets`` is
+        what the run left, 0 whenever it caught up with the high watermark it
+        started from, however much had piled up)."""
+        first = self.start_offset if self.start_offset is not None else self.cursor
+        return max(0, self.high_watermark - (first - 1))
 
 
 StepHook = Callable[[str], None]

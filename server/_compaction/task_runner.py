@@ -75,8 +75,10 @@ class TaskRunner:
         try:
             result = self._compactor().compact_once(tp.topic, tp.partition)
             outcome = TaskOutcome(getattr(result.outcome, "value", result.outcome))
-            lag = int(result.lag_offsets)
-            self._metrics.set_gauge("compactor_lag_offsets", lag, topic=tp.topic, partition=tp.partition)
+            self._metrics.set_gauge("compactor_lag_offsets", int(result.lag_offsets), topic=tp.topic,
+                                    partition=tp.partition)
+            backlog = int(getattr(result, "backlog_offsets", result.lag_offsets))
+            self._metrics.set_gauge("compactor_backlog_offsets", backlog, topic=tp.topic, partition=tp.partition)
             return outcome, result, None
         except PartitionNotInitialized:
             return TaskOutcome.NOT_INITIALIZED, None, None

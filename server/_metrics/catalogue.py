@@ -153,7 +153,10 @@ _COMPACTOR = (
     _h("compactor_candidate_bytes", "Bytes of the compacted blob one compaction wrote", buckets=SIZE_BUCKETS_BYTES),
     _c("compactor_resumed_total", "Interrupted compactions finished by this process"),
     _c("compactor_pending_recoveries_total", "Pending appends materialized by the compactor before selecting"),
-    _g("compactor_lag_offsets", "Offsets at or above the compaction cursor (max across processes)",
+    _g("compactor_lag_offsets", "Offsets left uncompacted by the last run on the partition (max across processes)",
+       "topic", "partition", aggregate="max"),
+    _g("compactor_backlog_offsets", "Offsets waiting for compaction when the last run on the partition began: "
+       "how far behind the compactor was when it came to it (max across processes)",
        "topic", "partition", aggregate="max"),
     _g("compactor_partitions_pending", "Partitions with offsets to compact and no task running here"),
     _c("compactor_tasks_total", "Scheduled tasks by outcome", "outcome", outcome=_TASK_OUTCOMES),

@@ -341,3 +341,16 @@ def test_a_compactor_overtaken_while_it_fetched_stops_with_a_conflict(stores):
     b.close()
     assert read_all(stores) == want
     check_invariants(stores[0])
+
+
+def test_lag_is_what_a_run_left_and_backlog_what_it_found():
+    from server._compaction.compactor import CompactionResult
+
+    caught_up = CompactionResult("t", 0, CompactionOutcome.COMPACTED, start_offset=40, end_offset=100,
+                                 high_watermark=100, cursor=101)
+    assert (caught_up.lag_offsets, caught_up.backlog_offsets) == (0, 61)
+    partial = CompactionResult("t", 0, CompactionOutcome.COMPACTED, start_offset=40, end_offset=70,
+                               high_watermark=100, cursor=71)
+    assert (partial.lag_offsets, partial.backlog_offsets) == (30, 61)
+    idle = CompactionResult("t", 0, CompactionOutcome.NOTHING_TO_DO, high_watermark=100, cursor=101)
+    assert (idle.lag_offsets, idle.backlog_offsets) == (0, 0)
