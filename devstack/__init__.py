@@ -25,6 +25,7 @@ from ._binaries import (
     ensure_prometheus,
     ensure_promtool,
     ensure_s3_server,
+    file_lock,
 )
 from ._oxia import OxiaCluster, OxiaServerPorts, OxiaStandalone, shard_leaders
 from ._process import ManagedProcess, StackError, die_with_parent_argv, free_ports
@@ -42,6 +43,7 @@ from ._stack import (
 )
 
 __all__ = [
+    "file_lock",
     "LocalStack",
     "StackSettings",
     "StackState",

@@ -65,6 +65,7 @@ __all__ = [
     "ensure_promtool",
     "PROMETHEUS_DEB_VERSION",
     "progress",
+    "file_lock",
 ]
 
 logger = logging.getLogger(__name__)
@@ -159,7 +160,7 @@ def _ensure(
     if found is not None:
         return found
     directory.mkdir(parents=True, exist_ok=True)
-    with _file_lock(directory / f".{name}.lock", name):
+    with file_lock(directory / f".{name}.lock", name):
         # Another process may have finished the build while we waited.
         found = _read_stamp(name, stamp, candidates)
         if found is not None:
@@ -206,7 +207,8 @@ def _write_json_atomic(path: Path, record: dict[str, object]) -> None:
 
 
 @contextmanager
-def _file_lock(path: Path, name: str) -> Iterator[None]:
+def file_lock(path: Path, name: str) -> Iterator[None]:
+    """Hold an exclusive lock on ``path`` (one build of ``name`` at a time, across processes)."""
     with open(path, "a") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -20,22 +20,16 @@ the artifacts are documented in ``loadtest/README.md`` ("http_hammer").
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
 import math
-import os
-import shutil
 import subprocess
-import sys
-import tempfile
-import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
-from devstack import cache_dir, die_with_parent_argv
+from devstack import die_with_parent_argv
 from server._errors import ConfigError
+
+from .gobuild import GoBuildError, ensure_go_binary, source_key
 
 __all__ = [
     "HAMMER_SOURCE",
@@ -51,17 +45,12 @@ HAMMER_SOURCE = Path(__file__).resolve().parents[1] / "http_hammer.go"
 HEADER_BYTES = 17
 """Every payload starts with 16 hex digits of its send time and a separator."""
 
-_GO_FALLBACK = Path("/usr/local/go/bin/go")
 _EXIT_GRACE_S = 60.0
 """How long past its own deadline (duration, drain, request timeout) the hammer may take to exit."""
 
 
-class HammerBuildError(RuntimeError):
-    """``go build`` of the hammer failed; the message holds the end of the build log."""
-
-
-def _progress(message: str) -> None:
-    print(f"[hammer] {message}", file=sys.stderr, flush=True)
+HammerBuildError = GoBuildError
+"""``go build`` of the hammer failed; the message holds the end of the build log."""
 
 
 # -- configuration ----------------------------------------------------------------------
@@ -189,90 +178,13 @@ def hammer_config_for(scenario: Any) -> HammerConfig:
 
 
 def hammer_key(source: bytes, go_version: str) -> str:
-    """What a cached binary is named for: the source and the toolchain that built it."""
-    digest = hashlib.sha256()
-    digest.update(go_version.encode())
-    digest.update(b"\x00")
-    digest.update(source)
-    return digest.hexdigest()[:16]
-
-
-def _find_go() -> str:
-    go = shutil.which("go")
-    if go is None and os.access(_GO_FALLBACK, os.X_OK):
-        go = str(_GO_FALLBACK)
-    if go is None:
-        raise ConfigError(
-            "the Go toolchain is needed to build loadtest/http_hammer.go: install it from "
-            "https://go.dev/dl/ and put `go` on PATH"
-        )
-    return go
-
-
-def _go_env(go: str) -> dict[str, str]:
-    gocache = os.environ.get("GOCACHE") or str(cache_dir() / "go-build")
-    # GOTOOLCHAIN=local: never download another toolchain; CGO_ENABLED=0: a static
-    # binary (the pure-Go resolver is all it needs); GOFLAGS cleared: a stdlib-only file.
-    return dict(os.environ, GOCACHE=gocache, GOTOOLCHAIN="local", CGO_ENABLED="0", GOFLAGS="")
-
-
-def _go_version(go: str) -> str:
-    result = subprocess.run([go, "env", "GOVERSION"], capture_output=True, text=True, env=_go_env(go), check=False)
-    version = result.stdout.strip()
-    if result.returncode != 0 or not version:
-        raise ConfigError(f"`{go} env GOVERSION` failed (exit {result.returncode}): {result.stderr.strip()}")
-    return version
+    """What a cached hammer binary is named for (see :func:`gobuild.source_key`)."""
+    return source_key(source, go_version)
 
 
 def ensure_hammer(source: Path = HAMMER_SOURCE) -> Path:
     """Return the cached hammer binary for ``source``, building it on first use."""
-    code = source.read_bytes()
-    go = _find_go()
-    directory = cache_dir() / "bin"
-    target = directory / f"http_hammer-{hammer_key(code, _go_version(go))}"
-    if os.access(target, os.X_OK):
-        return target
-    directory.mkdir(parents=True, exist_ok=True)
-    with _file_lock(directory / ".http_hammer.lock"):
-        if os.access(target, os.X_OK):  # another process built it while we waited
-            return target
-        _build(go, code, target, directory / "http_hammer.build.log")
-    return target
-
-
-def _build(go: str, code: bytes, target: Path, build_log: Path) -> None:
-    _progress(f"building {target.name} with {go} ...")
-    started = time.monotonic()
-    tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
-    with tempfile.TemporaryDirectory(prefix="llog-hammer-src-") as src:
-        main = Path(src) / "http_hammer.go"
-        main.write_bytes(code)
-        argv = [go, "build", "-trimpath", "-o", str(tmp), str(main)]
-        with open(build_log, "w") as log:
-            log.write(f"$ (cd {src} && {' '.join(argv)})\n")
-            log.flush()
-            result = subprocess.run(argv, cwd=src, env=_go_env(go), stdout=log, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, check=False)
-    if result.returncode != 0:
-        tmp.unlink(missing_ok=True)
-        tail = "\n".join(build_log.read_text(errors="replace").splitlines()[-30:])
-        raise HammerBuildError(f"go build of the hammer failed (exit {result.returncode}); {build_log}:\n{tail}")
-    os.replace(tmp, target)
-    _progress(f"built {target} in {time.monotonic() - started:.1f}s")
-
-
-@contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
-    with open(path, "a") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            _progress("another process is building the hammer; waiting for it")
-            fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    return ensure_go_binary(source, "http_hammer")
 
 
 # -- running ----------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from typing import Iterator
 import pytest
 
 from devstack import cache_dir
-from loadtest._harness import hammer
+from loadtest._harness import gobuild
 from loadtest._harness.hammer import HAMMER_SOURCE, HammerConfig, ensure_hammer, hammer_config_for, hammer_key
 from server._errors import ConfigError
 
@@ -93,7 +93,7 @@ def private_bin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A private LLOG_CACHE_DIR for the binaries of this module's tests, sharing the
     real Go build cache (so a build takes seconds)."""
     try:
-        hammer._find_go()
+        gobuild._find_go(HAMMER_SOURCE)
     except ConfigError as exc:
         pytest.skip(str(exc))
     cache = tmp_path_factory.mktemp("hammer-cache")
@@ -111,7 +111,7 @@ def test_ensure_hammer_builds_once(private_bin: Path, monkeypatch: pytest.Monkey
     def no_build(*args: object) -> None:
         raise AssertionError("ensure_hammer rebuilt a cached binary")
 
-    monkeypatch.setattr(hammer, "_build", no_build)
+    monkeypatch.setattr(gobuild, "_build", no_build)
     assert ensure_hammer() == first
     assert first.stat().st_mtime_ns == built_at
 

@@ -1,0 +1,107 @@
+"""Building a single-file, standard-library Go program of loadtest/ into the per-user cache.
+
+``ensure_go_binary(source, name)`` returns ``$LLOG_CACHE_DIR/bin/<name>-<key>``,
+building it with the machine's Go on first use; the key hashes the source and
+the Go version, so an edited source gets its own binary. Builds are serialised
+by a file lock (two runs starting at once build once), use ``GOTOOLCHAIN=local``
+(never download a toolchain) and ``CGO_ENABLED=0`` (a static binary).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from devstack import cache_dir, file_lock
+from server._errors import ConfigError
+
+__all__ = ["GoBuildError", "ensure_go_binary", "source_key"]
+
+_GO_FALLBACK = Path("/usr/local/go/bin/go")
+
+
+class GoBuildError(RuntimeError):
+    """``go build`` failed; the message ends with the build log's tail."""
+
+
+def _progress(message: str) -> None:
+    print(f"[go] {message}", file=sys.stderr, flush=True)
+
+
+def source_key(source: bytes, go_version: str) -> str:
+    """What a cached binary is named for: the source and the toolchain that built it."""
+    digest = hashlib.sha256()
+    digest.update(go_version.encode())
+    digest.update(b"\x00")
+    digest.update(source)
+    return digest.hexdigest()[:16]
+
+
+def _find_go(source: Path) -> str:
+    go = shutil.which("go")
+    if go is None and os.access(_GO_FALLBACK, os.X_OK):
+        go = str(_GO_FALLBACK)
+    if go is None:
+        raise ConfigError(
+            f"the Go toolchain is needed to build {source.name}: install it from "
+            "https://go.dev/dl/ and put `go` on PATH"
+        )
+    return go
+
+
+def _go_env() -> dict[str, str]:
+    gocache = os.environ.get("GOCACHE") or str(cache_dir() / "go-build")
+    # GOTOOLCHAIN=local: never download another toolchain; CGO_ENABLED=0: a static
+    # binary (the pure-Go resolver is all it needs); GOFLAGS cleared: a stdlib-only file.
+    return dict(os.environ, GOCACHE=gocache, GOTOOLCHAIN="local", CGO_ENABLED="0", GOFLAGS="")
+
+
+def _go_version(go: str) -> str:
+    result = subprocess.run([go, "env", "GOVERSION"], capture_output=True, text=True, env=_go_env(), check=False)
+    version = result.stdout.strip()
+    if result.returncode != 0 or not version:
+        raise ConfigError(f"`{go} env GOVERSION` failed (exit {result.returncode}): {result.stderr.strip()}")
+    return version
+
+
+def ensure_go_binary(source: Path, name: str) -> Path:
+    """The cached binary of ``source`` (``<name>-<key>``), built on first use."""
+    code = source.read_bytes()
+    go = _find_go(source)
+    directory = cache_dir() / "bin"
+    target = directory / f"{name}-{source_key(code, _go_version(go))}"
+    if os.access(target, os.X_OK):
+        return target
+    directory.mkdir(parents=True, exist_ok=True)
+    with file_lock(directory / f".{name}.lock", name):
+        if os.access(target, os.X_OK):  # another process built it while we waited
+            return target
+        _build(go, code, source.name, target, directory / f"{name}.build.log")
+    return target
+
+
+def _build(go: str, code: bytes, filename: str, target: Path, build_log: Path) -> None:
+    _progress(f"building {target.name} with {go} ...")
+    started = time.monotonic()
+    tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
+    with tempfile.TemporaryDirectory(prefix="llog-go-src-") as src:
+        main = Path(src) / filename
+        main.write_bytes(code)
+        argv = [go, "build", "-trimpath", "-o", str(tmp), str(main)]
+        with open(build_log, "w") as log:
+            log.write(f"$ (cd {src} && {' '.join(argv)})\n")
+            log.flush()
+            result = subprocess.run(argv, cwd=src, env=_go_env(), stdout=log, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, check=False)
+    if result.returncode != 0:
+        tmp.unlink(missing_ok=True)
+        tail = "\n".join(build_log.read_text(errors="replace").splitlines()[-30:])
+        raise GoBuildError(f"go build of {filename} failed (exit {result.returncode}); {build_log}:\n{tail}")
+    os.replace(tmp, target)
+    _progress(f"built {target} in {time.monotonic() - started:.1f}s")
