@@ -81,7 +81,8 @@ def bench_broker(env: dict[str, str], args: argparse.Namespace, label: str) -> d
         out = Path(tmp) / "figures.json"
         argv = [sys.executable, "-m", "loadtest.bench_broker", "--seconds", str(args.seconds),
                 "--paced-seconds", str(args.paced_seconds), "--e2e-seconds", "2", "--consume-seconds", "2",
-                "--batch-max-delay-ms", str(args.batch_max_delay_ms), "--json", str(out)]
+                "--batch-max-delay-ms", str(args.batch_max_delay_ms), "--clients", str(args.clients),
+                "--json", str(out)]
         print(f"[bench] bench_broker {label} ...", flush=True)
         done = subprocess.run(argv, env={**os.environ, **env}, capture_output=True, text=True, check=False)
         if done.returncode != 0:
@@ -96,6 +97,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=8.0, help="saturated produce phase (default 8)")
     parser.add_argument("--paced-seconds", type=float, default=5.0, help="paced produce phase (default 5)")
     parser.add_argument("--batch-max-delay-ms", type=int, default=500)
+    parser.add_argument("--clients", type=int, default=64,
+                        help="concurrent produce clients (default 64: with a slower store, more requests must be in "
+                             "flight for the same rate)")
     parser.add_argument("--probe-puts", type=int, default=12, help="8 MiB PUTs to measure the profile (default 12)")
     parser.add_argument("--proxy-arg", action="append", default=[], metavar="FLAG=VALUE",
                         help="pass a flag to the proxy, e.g. --proxy-arg=-put-base=120ms")

@@ -165,12 +165,18 @@ class BatchConfig:
     """Flush this long after the first buffered record (LLOG_BATCH_MAX_DELAY_MS)."""
     max_buffer_bytes: int = 64 * 1024 * 1024
     """Cap on all accepted, not yet committed payload bytes (LLOG_BATCH_MAX_BUFFER_BYTES)."""
+    max_inflight_flushes: int = 2
+    """Flushes between the start of their PUT and the end of their commits: 2
+    overlaps the PUT of one flush with the commits of the one before; 1 is
+    one flush at a time (LLOG_BATCH_MAX_INFLIGHT_FLUSHES)."""
 
     def __post_init__(self) -> None:
         if self.max_bytes < 1:
             raise ConfigError(f"LLOG_BATCH_MAX_BYTES must be >= 1, got {self.max_bytes}")
         if self.max_delay_ms < 0:
             raise ConfigError(f"LLOG_BATCH_MAX_DELAY_MS must be >= 0, got {self.max_delay_ms}")
+        if not 1 <= self.max_inflight_flushes <= 16:
+            raise ConfigError(f"LLOG_BATCH_MAX_INFLIGHT_FLUSHES must be 1-16, got {self.max_inflight_flushes}")
         if self.max_buffer_bytes < self.max_bytes:
             raise ConfigError(
                 f"LLOG_BATCH_MAX_BUFFER_BYTES ({self.max_buffer_bytes}) must be >= "
@@ -184,6 +190,7 @@ class BatchConfig:
             max_bytes=env_int(env, "LLOG_BATCH_MAX_BYTES", cls.max_bytes),
             max_delay_ms=env_int(env, "LLOG_BATCH_MAX_DELAY_MS", cls.max_delay_ms),
             max_buffer_bytes=env_int(env, "LLOG_BATCH_MAX_BUFFER_BYTES", cls.max_buffer_bytes),
+            max_inflight_flushes=env_int(env, "LLOG_BATCH_MAX_INFLIGHT_FLUSHES", cls.max_inflight_flushes),
         )
 
 

@@ -12,6 +12,15 @@ Back-pressure: every accepted payload byte counts against
 exceed the cap fails at once with BackPressureRejected and nothing of it is
 buffered. ``close()`` flushes what was accepted, then stops.
 
+Pipelining: a flush is two steps, the shared blob's PUT
+(``writer.stage_shared``) and the partitions' commits
+(``writer.commit_staged``). The flusher thread takes a batch and starts its
+PUT on a small pool; one committer thread commits the staged flushes in the
+order they were taken, so a partition's offsets follow submission order
+across flushes. Up to ``max_inflight_flushes`` flushes are between the start
+of their PUT and the end of their commits: with 2, the PUT of flush n+1
+overlaps the commits of flush n, and a slow PUT no longer idles the commits.
+
 The producer also keeps the process-local set of partitions it has
 initialized, so a partition is initialized once per process, lazily, on its
 first write.
@@ -20,10 +29,11 @@ first write.
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 from collections import OrderedDict
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Mapping, Sequence
 
@@ -32,7 +42,7 @@ from .._errors import BackPressureRejected, InvalidRequest, LlogError, OutcomeUn
 from .._protocol.keys import TopicPartition
 from .._protocol.structs import AppendResult, SharedAppendGroup, validate_groups
 from .._metrics import LlogMetrics
-from .writer import LeaderlessLogWriter
+from .writer import LeaderlessLogWriter, StagedBlob
 
 __all__ = ["BatchingProducer"]
 
@@ -48,6 +58,20 @@ class _Submission:
     results: list[AppendResult | None] = field(default_factory=list)
     request_id: str | None = None
     """The caller's id for this submit, logged with the flush it joins."""
+
+
+@dataclass
+class _Flush:
+    """One flush on its way from the flusher to the committer."""
+
+    batch: list[_Submission]
+    started: float
+    slots: OrderedDict[TopicPartition, list[tuple[_Submission, int, int]]]
+    payloads: dict[TopicPartition, list[bytes]]
+    tps: list[TopicPartition]
+    init_errors: dict[TopicPartition, LlogError]
+    staged: Future | None
+    """Resolves to the StagedBlob (None: nothing to write)."""
 
 
 class BatchingProducer:
@@ -82,8 +106,14 @@ class BatchingProducer:
             batch_max_delay_ms=self.config.max_delay_ms,
             batch_max_buffer_bytes=self.config.max_buffer_bytes,
         )
+        depth = self.config.max_inflight_flushes
+        self._slots = threading.Semaphore(depth)
+        self._commits: queue.Queue[_Flush | None] = queue.Queue()
+        self._stager = ThreadPoolExecutor(max_workers=depth, thread_name_prefix="llog-batch-put")
         self._thread = threading.Thread(target=self._run, name="llog-batch-flusher", daemon=True)
+        self._committer = threading.Thread(target=self._run_commits, name="llog-batch-committer", daemon=True)
         self._thread.start()
+        self._committer.start()
 
     @classmethod
     def from_env(
@@ -168,6 +198,8 @@ class BatchingProducer:
             self._closing = True
             self._cond.notify_all()
         self._thread.join(timeout)
+        self._committer.join(timeout)
+        self._stager.shutdown(wait=False)
         self._closed = True
         if self._owns_writer:
             self.writer.close()
@@ -217,30 +249,45 @@ class BatchingProducer:
             return taken
 
     def _run(self) -> None:
+        """The flusher: take a batch, start its PUT, hand it to the committer in order."""
         while True:
             batch = self._take_batch()
             if batch is None:
+                self._commits.put(None)
                 return
+            self._slots.acquire()  # at most max_inflight_flushes between PUT and commit
             try:
-                self._flush(batch)
+                flush = self._prepare(batch)
+            except BaseException as exc:  # noqa: BLE001 - the committer answers every caller
+                flush = _Flush(batch, time.monotonic(), OrderedDict(), {}, [], {}, _failed_future(exc))
+            self._commits.put(flush)
+
+    def _run_commits(self) -> None:
+        """The committer: commit staged flushes in the order they were taken."""
+        while (flush := self._commits.get()) is not None:
+            try:
+                self._commit(flush)
             except BaseException as exc:  # never leave a caller waiting forever
                 log.exception("flush failed unexpectedly")
                 # An LlogError escaping the flush is the writer refusing the
                 # whole call up front (definite); anything else may have
                 # struck after commits, so the outcome is unknown.
                 err = exc if isinstance(exc, LlogError) else OutcomeUnknown(f"internal flush error: {exc!r}")
-                for sub in batch:
+                for sub in flush.batch:
                     if not sub.future.done():
                         sub.future.set_result([
                             AppendResult(g.topic, g.partition, len(g.payloads), error=err) for g in sub.groups
                         ])
             finally:
+                self._slots.release()
                 with self._cond:
-                    self._inflight_bytes -= sum(s.nbytes for s in batch)
+                    self._inflight_bytes -= sum(s.nbytes for s in flush.batch)
                     self.metrics.set_gauge("batcher_inflight_bytes", self._inflight_bytes)
                     self._cond.notify_all()
 
-    def _flush(self, batch: list[_Submission]) -> None:
+    def _prepare(self, batch: list[_Submission]) -> _Flush:
+        """Merge the batch into one group per partition, initialize new
+        partitions, and start the shared blob's PUT."""
         started = time.monotonic()
         for sub in batch:
             self.metrics.observe("batcher_queue_wait_seconds", started - sub.enqueued_at)
@@ -263,9 +310,15 @@ class BatchingProducer:
                     init_errors[tp] = exc
         tps = [tp for tp in slots if tp not in init_errors]
         merged = [SharedAppendGroup(tp.topic, tp.partition, payloads[tp]) for tp in tps]
-        results = self.writer.append_shared_results(merged) if merged else []
-        by_tp = dict(zip(tps, results))
-        for tp, err in init_errors.items():
+        staged = self._stager.submit(self.writer.stage_shared, merged) if merged else None
+        return _Flush(batch, started, slots, payloads, tps, init_errors, staged)
+
+    def _commit(self, flush: _Flush) -> None:
+        started, batch, slots, payloads = flush.started, flush.batch, flush.slots, flush.payloads
+        staged: StagedBlob | None = flush.staged.result() if flush.staged is not None else None
+        results = self.writer.commit_staged(staged) if staged is not None else []
+        by_tp = dict(zip(flush.tps, results))
+        for tp, err in flush.init_errors.items():
             by_tp[tp] = AppendResult(tp.topic, tp.partition, len(payloads[tp]), error=err)
 
         for tp, entries in slots.items():
@@ -294,3 +347,9 @@ class BatchingProducer:
         failed = sum(1 for r in by_tp.values() if r.error is not None)
         if failed:
             self.metrics.inc("batcher_failed_partition_batches_total", failed)
+
+
+def _failed_future(exc: BaseException) -> Future:
+    future: Future = Future()
+    future.set_exception(exc)
+    return future

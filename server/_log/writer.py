@@ -35,6 +35,7 @@ import time
 import uuid
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from enum import Enum
 from typing import Mapping, Sequence
 
@@ -70,7 +71,7 @@ from .._metrics import LlogMetrics
 from . import recovery
 from .index import covering_entry
 
-__all__ = ["LeaderlessLogWriter"]
+__all__ = ["LeaderlessLogWriter", "StagedBlob"]
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +86,18 @@ class _Landed(Enum):
     YES = "yes"
     NO = "no"
     UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class StagedBlob:
+    """A shared WAL blob in S3 whose groups are not committed yet
+    (:meth:`LeaderlessLogWriter.stage_shared`)."""
+
+    groups: tuple[SharedAppendGroup, ...]
+    templates: tuple[PendingAppend, ...]
+    """Each group's pending append, offsets still 0: the commit assigns them."""
+    failed: list[AppendResult] | None
+    """Set when the PUT failed: every group's result, with the error."""
 
 
 class LeaderlessLogWriter(Closeable):
@@ -226,6 +239,14 @@ class LeaderlessLogWriter(Closeable):
     def append_shared_results(self, groups: Sequence[SharedAppendGroup]) -> list[AppendResult]:
         """Like :meth:`append_shared` but never raises for per-group failures:
         each failed group's AppendResult carries its typed error."""
+        return self.commit_staged(self.stage_shared(groups))
+
+    def stage_shared(self, groups: Sequence[SharedAppendGroup]) -> StagedBlob:
+        """The first half of :meth:`append_shared_results`: encode the shared
+        blob and PUT it. Reserves nothing, so stages may run concurrently and
+        out of order (the ``BatchingProducer`` overlaps the PUT of one flush
+        with the commits of the one before); a staged blob never committed is
+        an orphan that vacuum removes. A failed PUT is carried in ``failed``."""
         if self._closed:
             raise InvalidRequest("writer is closed")
         groups = validate_groups(groups, "append_shared")
@@ -239,7 +260,8 @@ class LeaderlessLogWriter(Closeable):
             self._objects.put(self.bucket, object_key, blob)
         except LlogError as exc:
             # Nothing was committed: every group fails with the same cause.
-            return [AppendResult(g.topic, g.partition, len(g.payloads), error=exc) for g in groups]
+            return StagedBlob(tuple(groups), (), [AppendResult(g.topic, g.partition, len(g.payloads), error=exc)
+                                                  for g in groups])
         self.metrics.inc("writer_blobs_total")
         self.metrics.inc("writer_blob_bytes_total", len(blob))
         self.metrics.observe("writer_blob_size_bytes", len(blob))
@@ -253,6 +275,15 @@ class LeaderlessLogWriter(Closeable):
             )
             for g, part in zip(groups, parts)
         ]
+        return StagedBlob(tuple(groups), tuple(templates), None)
+
+    def commit_staged(self, staged: StagedBlob) -> list[AppendResult]:
+        """The second half of :meth:`append_shared_results`: reserve offsets
+        for each group of a staged blob and commit it (C1-C5). Calls for one
+        partition must be made in the order their offsets should follow."""
+        if staged.failed is not None:
+            return list(staged.failed)
+        groups, templates = staged.groups, staged.templates
         # Groups of one partition commit in order on one worker; partitions in parallel.
         by_tp: dict[TopicPartition, list[int]] = defaultdict(list)
         for i, g in enumerate(groups):

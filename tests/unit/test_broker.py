@@ -40,11 +40,11 @@ class BlockingWriter(LeaderlessLogWriter):
         self.entered = threading.Event()
         self.release = threading.Event()
 
-    def append_shared_results(self, groups):
+    def stage_shared(self, groups):
         if self.block.is_set():
             self.entered.set()
             assert self.release.wait(10), "the test never released the flush"
-        return super().append_shared_results(groups)
+        return super().stage_shared(groups)
 
 
 class Cluster:

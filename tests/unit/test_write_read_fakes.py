@@ -268,13 +268,13 @@ def test_producer_backpressure_rejects_without_buffering(writer, reader):
     bp = BatchingProducer(writer, BatchConfig(max_bytes=10, max_delay_ms=60_000, max_buffer_bytes=10))
     try:
         gate = threading.Event()
-        original = writer.append_shared_results
+        original = writer.stage_shared
 
         def slow(groups):
             gate.wait(5)
             return original(groups)
 
-        writer.append_shared_results = slow
+        writer.stage_shared = slow
         first = bp.submit([SharedAppendGroup("orders", 0, [b"0123456789"])])
         with pytest.raises(BackPressureRejected):
             bp.submit([SharedAppendGroup("orders", 0, [b"z"])])
