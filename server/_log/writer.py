@@ -5,22 +5,29 @@ PUT, LLS1 layout), then commits each topic-partition independently and
 concurrently:
 
 1. take ``meta/control`` (the writer's cached copy and version, or a fresh get);
-2. if it holds a ``pending`` append, materialize that append's index entry
-   (create-if-absent) and treat it as cleared;
+2. if it holds a ``pending`` append, make sure that append is in the index
+   and treat it as cleared: nothing to do if it is the writer's own last
+   append whose index create it saw succeed; otherwise GET its index key and
+   create it (create-if-absent) only if it is missing;
 3. refuse if the log is FENCED;
 4. CAS ``meta/control`` to ``sequence_counter = end + 1`` with our ``pending``
    (on a version conflict: re-read, back off with jitter, retry);
-5. create the index entry at ``index/{end_offset}``;
-6. CAS ``meta/control`` to clear ``pending`` if it is still ours.
+5. create the index entry at ``index/{end_offset}``.
+
+Our ``pending`` stays in ``meta/control`` after step 5 (materialized: its
+index entry exists); the next append's step 4 replaces it. So in steady state
+an append costs two Oxia writes per partition per flush and no read: the
+cached control version makes the initial get unnecessary and the writer's
+knowledge that its own pending is materialized makes step 2 free. On
+:meth:`close` the writer clears the pendings it left (SPEC 7.3 C5, once per
+partition) so a log a writer stops using ends clean.
 
 The append is committed, durable and readable at step 4 (any later writer,
 fence or compactor materializes it), so it is acknowledged with its offsets
-once step 4 is known to have landed, even if steps 5 or 6 fail. Every error
-a group reports is definite (nothing of it is in the log) except
+once step 4 is known to have landed, even if step 5 fails. Every error a
+group reports is definite (nothing of it is in the log) except
 ``OutcomeUnknown``: the reply to step 4 was lost and the store could not be
-read to decide. In steady state an append is three Oxia round trips per
-partition per flush: the cached control version makes the initial get
-unnecessary.
+read to decide.
 
 Index entries are only ever *created* by this module (never overwritten): a
 compaction may already have replaced the key with a COMPACTED entry, and
@@ -36,7 +43,7 @@ import uuid
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from enum import Enum
-from typing import Mapping, Sequence
+from typing import Mapping, NamedTuple, Sequence
 
 from .._config import OxiaConfig, S3Config
 from .._errors import (
@@ -87,6 +94,17 @@ class _Landed(Enum):
     UNKNOWN = "unknown"
 
 
+class _OwnPending(NamedTuple):
+    """The writer's last append to a log, once its index create (C4) succeeded."""
+
+    pending: PendingAppend
+    """The pending append our reservation wrote: known to be materialized."""
+    created_version: int | None
+    """The version of the index key our C4 *created*, until something shows
+    the create was not a late materialization (SPEC 7.2); None once it is
+    known not to be, or when C4 found the key already there."""
+
+
 class LeaderlessLogWriter(Closeable):
     """Appends batches to topic-partitions: bytes to S3, order and index to Oxia.
 
@@ -118,7 +136,10 @@ class LeaderlessLogWriter(Closeable):
         self._resources.callback(self._pool.shutdown, wait=True)
         self._cache_lock = threading.Lock()
         self._control_cache: dict[TopicPartition, tuple[ControlRecord, int]] = {}
+        self._own: dict[TopicPartition, _OwnPending] = {}
         self._tp_locks: dict[TopicPartition, threading.Lock] = defaultdict(threading.Lock)
+        # Registered last, so it runs first on close: the pool is still up.
+        self._resources.callback(self._clear_own_pendings)
 
     @classmethod
     def from_env(
@@ -290,12 +311,12 @@ class LeaderlessLogWriter(Closeable):
         return result
 
     def _commit(self, keys: PartitionKeys, template: PendingAppend) -> AppendResult:
-        """Reserve offsets for one group (C1-C3), then finish it (C4-C5).
+        """Reserve offsets for one group (C1-C3), then create its index entry (C4).
 
         Every error raised here is definite (nothing of the group is in the
         log) except :class:`OutcomeUnknown`. Once the reservation is known to
-        have landed the group is reported committed, whatever happens to C4
-        and C5: its records are durable and readable through ``pending``.
+        have landed the group is reported committed, whatever happens to C4:
+        its records are durable and readable through ``pending``.
         """
         tp = keys.tp
         backoff = Backoff()
@@ -305,7 +326,8 @@ class LeaderlessLogWriter(Closeable):
                 state = self._read_control(keys)
             control, version = state
             if control.pending is not None:
-                recovery.materialize_pending(self._meta, keys, control.pending)
+                if not self._is_own_materialized(tp, control.pending):
+                    recovery.materialize_pending(self._meta, keys, control.pending)
                 control = control.with_pending(None)
             if _now_ms() - template.created_at_ms > self.max_reference_age_ms:
                 raise ConcurrencyConflict(
@@ -348,6 +370,10 @@ class LeaderlessLogWriter(Closeable):
                     continue
                 break
 
+        # Our reservation replaced whatever pending the control held, our own
+        # previous one included; the version it was conditional on still held
+        # that one, so its C4 was no late materialization (SPEC 7.3 C3).
+        self._drop_own(tp)
         self._finish(keys, reserved, reserved_version)
         return AppendResult(
             topic=tp.topic,
@@ -362,36 +388,29 @@ class LeaderlessLogWriter(Closeable):
         )
 
     def _finish(self, keys: PartitionKeys, reserved: ControlRecord, reserved_version: int | None) -> None:
-        """C4 and C5 for a committed reservation. Failures here never fail the
+        """C4 for a committed reservation. A failure here never fails the
         append: it is committed, and whoever next touches the log
-        materializes the pending append (7.2)."""
+        materializes the pending append (7.2). There is no C5 in steady
+        state: our pending stays in ``meta/control``, materialized, until our
+        next reservation replaces it (or :meth:`close` clears it)."""
         pending = reserved.pending
         assert pending is not None
         if reserved_version is None:
             return  # another writer already took over and materialized it
         try:
             created = recovery.create_index_entry(self._meta, keys, pending)
-            try:
-                cleared = reserved.with_pending(None)
-                new_version = self._meta.put(
-                    keys.control, cleared.encode(), keys.partition_key, expected_version=reserved_version
-                )
-                self._remember(keys.tp, cleared, new_version)
-            except VersionConflict:
-                # Another process replaced our pending, after materializing it.
-                # If our create still succeeded, a compaction may have deleted
-                # that materialized key before it: ours is then redundant.
-                self._forget(keys.tp)
-                if created is not None and recovery.drop_if_redundant(self._meta, keys, pending, created):
-                    self.metrics.inc("writer_redundant_entries_dropped_total")
         except LlogError as exc:
             self._forget(keys.tp)
             self.metrics.inc("writer_finish_failures_total")
             log.warning(
-                "append %s..%s of %s is committed but its index entry or clear failed (%s); "
+                "append %s..%s of %s is committed but its index entry failed (%s); "
                 "it is readable through meta/control.pending until the next append materializes it",
                 pending.start_offset, pending.end_offset, keys.tp, exc,
             )
+            return
+        with self._cache_lock:
+            self._own[keys.tp] = _OwnPending(pending, created)
+            self._control_cache[keys.tp] = (reserved, reserved_version)
 
     def _resolve_ambiguous(self, keys: PartitionKeys, pending: PendingAppend) -> tuple[_Landed, int | None]:
         """After a lost reply to our reserve CAS, decide whether it landed
@@ -400,7 +419,9 @@ class LeaderlessLogWriter(Closeable):
         materialized it)."""
         self._forget(keys.tp)
         try:
-            control, version = self._read_control(keys)
+            # Not settled against our previous pending: our own reservation
+            # may be what replaced it. The retry's fresh read settles it.
+            control, version = self._read_control(keys, settle=False)
             if control.pending is not None and control.pending.append_id == pending.append_id:
                 return _Landed.YES, version
             if control.sequence_counter <= pending.end_offset:
@@ -423,7 +444,7 @@ class LeaderlessLogWriter(Closeable):
         return (_Landed.YES, None) if ours else (_Landed.NO, None)
 
     # -- helpers ---------------------------------------------------------------
-    def _read_control(self, keys: PartitionKeys) -> tuple[ControlRecord, int]:
+    def _read_control(self, keys: PartitionKeys, *, settle: bool = True) -> tuple[ControlRecord, int]:
         rec = self._meta.get(keys.control, keys.partition_key)
         if rec is None:
             raise PartitionNotInitialized(
@@ -431,16 +452,91 @@ class LeaderlessLogWriter(Closeable):
                 topic=keys.tp.topic, partition=keys.tp.partition,
             )
         control = ControlRecord.decode(rec.value)
+        if settle:
+            self._settle_own(keys, control)
         self._remember(keys.tp, control, rec.version)
         return control, rec.version
 
+    def _is_own_materialized(self, tp: TopicPartition, pending: PendingAppend) -> bool:
+        """True if ``pending`` is our last append to ``tp`` and its index create
+        succeeded: its index key exists (or a compaction covers its range:
+        only compaction and vacuum delete index keys, and only covered ones)."""
+        with self._cache_lock:
+            own = self._own.get(tp)
+        return own is not None and own.pending.append_id == pending.append_id
+
+    def _settle_own(self, keys: PartitionKeys, control: ControlRecord) -> None:
+        """A fresh control read tells whether our last append's index create
+        could have been a late materialization (SPEC 7.2): if the control
+        still holds that pending, it was not (while a pending is in the
+        control record no compaction deletes its key, SPEC 7.7 K1). If
+        another process replaced it, run the clean-up check of 7.2 on the key
+        our C4 created (the C5-conflict rule of SPEC 7.3, deferred)."""
+        tp = keys.tp
+        with self._cache_lock:
+            own = self._own.get(tp)
+            if own is None:
+                return
+            if control.pending is not None and control.pending.append_id == own.pending.append_id:
+                if own.created_version is not None:
+                    self._own[tp] = own._replace(created_version=None)
+                return
+            del self._own[tp]
+        if own.created_version is None:
+            return
+        try:
+            if recovery.drop_if_redundant(self._meta, keys, own.pending, own.created_version):
+                self.metrics.inc("writer_redundant_entries_dropped_total")
+        except LlogError as exc:  # vacuum deletes redundant entries too (SPEC 7.9)
+            log.warning("clean-up check of %s..%s of %s failed: %s",
+                        own.pending.start_offset, own.pending.end_offset, tp, exc)
+
+    def _drop_own(self, tp: TopicPartition) -> None:
+        with self._cache_lock:
+            self._own.pop(tp, None)
+
+    def _clear_own_pendings(self) -> None:
+        """On close: C5 for every log whose control (as last cached) still
+        holds our materialized pending, so a log this writer stops using is
+        left with ``pending: null`` (and its blob is not pinned by it). Best
+        effort: a pending left behind is cleared by the next append, a fence
+        or the compactor (SPEC 7.3)."""
+        with self._cache_lock:
+            todo = [(tp, own, self._control_cache.get(tp)) for tp, own in self._own.items()]
+        for tp, own, hit in todo:
+            keys = self.layout.keys(tp)
+            with self._tp_locks[tp]:
+                try:
+                    if hit is None or hit[0].pending is None or hit[0].pending.append_id != own.pending.append_id:
+                        self._read_control(keys)  # settles the clean-up check; clears nothing
+                        continue
+                    control, version = hit
+                    cleared = control.with_pending(None)
+                    try:
+                        new_version = self._meta.put(
+                            keys.control, cleared.encode(), keys.partition_key, expected_version=version
+                        )
+                    except VersionConflict:
+                        self._read_control(keys)  # someone replaced it: settle (7.3 C5 conflict)
+                        continue
+                    self._drop_own(tp)
+                    self._remember(tp, cleared, new_version)
+                    self.metrics.inc("writer_pendings_cleared_on_close_total")
+                except LlogError as exc:
+                    log.warning("could not clear the pending append of %s on close: %s", tp, exc)
+
     def _cached(self, tp: TopicPartition) -> tuple[ControlRecord, int] | None:
-        """The cached control, unless it holds a pending append: a pending seen
-        in a stale copy may be long materialized and compacted, so acting on it
-        (materializing) is only done from a fresh read."""
+        """The cached control, unless it holds a pending append other than our
+        own materialized one: a pending seen in a stale copy may be long
+        materialized and compacted, so acting on it (materializing) is only
+        done from a fresh read. Our own one needs no action, only replacing,
+        and the CAS fails if the copy is stale."""
         with self._cache_lock:
             hit = self._control_cache.get(tp)
-        return None if hit is None or hit[0].pending is not None else hit
+            own = self._own.get(tp)
+        if hit is None or hit[0].pending is None:
+            return hit
+        return hit if own is not None and own.pending.append_id == hit[0].pending.append_id else None
 
     def _remember(self, tp: TopicPartition, control: ControlRecord, version: int) -> None:
         with self._cache_lock:
