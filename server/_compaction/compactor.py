@@ -4,10 +4,9 @@ One run rewrites one contiguous run of WAL entries, starting exactly at the
 compaction cursor, into one partition-local ``bytes-batch-v1`` object, and
 swaps the index over to it:
 
-    K1  make sure the pending append in ``meta/control`` is in the index
-        (a GET of its key; create it only if missing) and clear it only when
-        a compaction already covers it (an idle log); the run never covers
-        offsets above the control read's high watermark ("the limit")
+    K1  make sure ``meta/control``'s pending append is in the index (clear it
+        once compacted, on an idle log); never cover offsets above that
+        control read's high watermark ("the limit")
     K2  if ``meta/compaction`` exists, resume it by state and stop
     K3  select WAL entries from the cursor: contiguous, <= limit, within
         ``max_offsets`` / ``max_bytes`` (the first entry always, if <= limit)
@@ -313,17 +312,10 @@ class LeaderlessLogCompactor(Closeable):
     # -- K1 -------------------------------------------------------------------------
     def _recover_pending(self, keys: PartitionKeys) -> tuple[int, int, bool]:
         """K1: make sure the pending append (if any) is in the index; return the
-        limit (highest offset compaction may cover), the high watermark, and
-        whether this call created the pending append's index entry.
-
-        Writers leave their last pending append in ``meta/control`` once its
-        index entry exists (SPEC 7.3), so finding one is the steady state: a
-        GET of its end key tells it is materialized, and then the run may
-        cover it (it can only become the run's *end* key, rewritten in K6,
-        never a lower key deleted in K8). A pending whose end key is already
-        COMPACTED has been compacted and the log has had no append since: it
-        is cleared here (the C5 of an idle log), conditional on the version
-        read, so that it no longer pins its WAL object for vacuum."""
+        limit (the high watermark: a pending's key can only become a run's end
+        key), the high watermark, and whether this call created the pending's
+        index entry. A pending whose key is already COMPACTED is cleared: the
+        log has been idle since (SPEC 7.7 K1)."""
         rec = self._meta.get(keys.control, keys.partition_key)
         if rec is None:
             raise PartitionNotInitialized(
@@ -336,18 +328,16 @@ class LeaderlessLogCompactor(Closeable):
             entry = self._meta.get(keys.index(pending.end_offset), keys.partition_key)
             if entry is None:
                 created = recovery.create_index_entry(self._meta, keys, pending)
-                if created is not None and not recovery.drop_if_redundant(self._meta, keys, pending, created):
-                    recovered = True
+                recovered = created is not None and not recovery.drop_if_redundant(self._meta, keys, pending, created)
+                if recovered:
                     self.metrics.inc("compactor_pending_recoveries_total")
             elif IndexEntry.decode(entry.value).type == ENTRY_COMPACTED:
-                try:
-                    self._meta.put(
-                        keys.control, control.with_pending(None).encode(), keys.partition_key,
-                        expected_version=rec.version,
-                    )
+                try:  # a conflict: a writer appended meanwhile, its reservation replaced the pending
+                    self._meta.put(keys.control, control.with_pending(None).encode(), keys.partition_key,
+                                   expected_version=rec.version)
                     self.metrics.inc("compactor_idle_pendings_cleared_total")
                 except VersionConflict:
-                    pass  # a writer appended meanwhile: its reservation replaced the pending
+                    pass
         return control.high_watermark, control.high_watermark, recovered
 
     # -- K3 -------------------------------------------------------------------------

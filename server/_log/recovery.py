@@ -46,7 +46,7 @@ def materialize_pending(store: MetadataStore, keys: PartitionKeys, pending: Pend
     and compacted past; then its put re-created a redundant key inside a
     compacted range, which :func:`drop_if_redundant` deletes again. (The
     append's own writer uses :func:`create_index_entry` and checks later,
-    see ``LeaderlessLogWriter._settle_own``.)
+    see ``OwnPendings.settle`` in ``own.py``.)
     """
     if store.get(keys.index(pending.end_offset), keys.partition_key) is not None:
         return False

@@ -14,13 +14,10 @@ concurrently:
    (on a version conflict: re-read, back off with jitter, retry);
 5. create the index entry at ``index/{end_offset}``.
 
-Our ``pending`` stays in ``meta/control`` after step 5 (materialized: its
-index entry exists); the next append's step 4 replaces it. So in steady state
-an append costs two Oxia writes per partition per flush and no read: the
-cached control version makes the initial get unnecessary and the writer's
-knowledge that its own pending is materialized makes step 2 free. On
-:meth:`close` the writer clears the pendings it left (SPEC 7.3 C5, once per
-partition) so a log a writer stops using ends clean.
+Our ``pending`` stays in ``meta/control``, materialized, and the next
+append's step 4 replaces it: two Oxia writes per partition per flush and no
+read in steady state (the cached control version saves the get; ``own.py``
+holds what makes step 2 free). :meth:`close` clears what is left (SPEC 7.3 C5).
 
 The append is committed, durable and readable at step 4 (any later writer,
 fence or compactor materializes it), so it is acknowledged with its offsets
@@ -43,7 +40,7 @@ import uuid
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from enum import Enum
-from typing import Mapping, NamedTuple, Sequence
+from typing import Mapping, Sequence
 
 from .._config import OxiaConfig, S3Config
 from .._errors import (
@@ -76,6 +73,7 @@ from .._storage.stores import Closeable, Stores, use_stores
 from .._metrics import LlogMetrics
 from . import recovery
 from .index import covering_entry
+from .own import OwnPendings
 
 __all__ = ["LeaderlessLogWriter"]
 
@@ -92,17 +90,6 @@ class _Landed(Enum):
     YES = "yes"
     NO = "no"
     UNKNOWN = "unknown"
-
-
-class _OwnPending(NamedTuple):
-    """The writer's last append to a log, once its index create (C4) succeeded."""
-
-    pending: PendingAppend
-    """The pending append our reservation wrote: known to be materialized."""
-    created_version: int | None
-    """The version of the index key our C4 *created*, until something shows
-    the create was not a late materialization (SPEC 7.2); None once it is
-    known not to be, or when C4 found the key already there."""
 
 
 class LeaderlessLogWriter(Closeable):
@@ -136,7 +123,7 @@ class LeaderlessLogWriter(Closeable):
         self._resources.callback(self._pool.shutdown, wait=True)
         self._cache_lock = threading.Lock()
         self._control_cache: dict[TopicPartition, tuple[ControlRecord, int]] = {}
-        self._own: dict[TopicPartition, _OwnPending] = {}
+        self._own = OwnPendings(self.metrics)
         self._tp_locks: dict[TopicPartition, threading.Lock] = defaultdict(threading.Lock)
         # Registered last, so it runs first on close: the pool is still up.
         self._resources.callback(self._clear_own_pendings)
@@ -326,7 +313,7 @@ class LeaderlessLogWriter(Closeable):
                 state = self._read_control(keys)
             control, version = state
             if control.pending is not None:
-                if not self._is_own_materialized(tp, control.pending):
+                if not self._own.is_materialized(tp, control.pending):
                     recovery.materialize_pending(self._meta, keys, control.pending)
                 control = control.with_pending(None)
             if _now_ms() - template.created_at_ms > self.max_reference_age_ms:
@@ -373,7 +360,7 @@ class LeaderlessLogWriter(Closeable):
         # Our reservation replaced whatever pending the control held, our own
         # previous one included; the version it was conditional on still held
         # that one, so its C4 was no late materialization (SPEC 7.3 C3).
-        self._drop_own(tp)
+        self._own.drop(tp)
         self._finish(keys, reserved, reserved_version)
         return AppendResult(
             topic=tp.topic,
@@ -389,10 +376,8 @@ class LeaderlessLogWriter(Closeable):
 
     def _finish(self, keys: PartitionKeys, reserved: ControlRecord, reserved_version: int | None) -> None:
         """C4 for a committed reservation. A failure here never fails the
-        append: it is committed, and whoever next touches the log
-        materializes the pending append (7.2). There is no C5 in steady
-        state: our pending stays in ``meta/control``, materialized, until our
-        next reservation replaces it (or :meth:`close` clears it)."""
+        append: whoever next touches the log materializes it (7.2). No C5:
+        our next reservation replaces the pending (or :meth:`close` clears it)."""
         pending = reserved.pending
         assert pending is not None
         if reserved_version is None:
@@ -408,9 +393,8 @@ class LeaderlessLogWriter(Closeable):
                 pending.start_offset, pending.end_offset, keys.tp, exc,
             )
             return
-        with self._cache_lock:
-            self._own[keys.tp] = _OwnPending(pending, created)
-            self._control_cache[keys.tp] = (reserved, reserved_version)
+        self._own.remember(keys.tp, pending, created)
+        self._remember(keys.tp, reserved, reserved_version)
 
     def _resolve_ambiguous(self, keys: PartitionKeys, pending: PendingAppend) -> tuple[_Landed, int | None]:
         """After a lost reply to our reserve CAS, decide whether it landed
@@ -453,57 +437,16 @@ class LeaderlessLogWriter(Closeable):
             )
         control = ControlRecord.decode(rec.value)
         if settle:
-            self._settle_own(keys, control)
+            self._own.settle(self._meta, keys, control)
         self._remember(keys.tp, control, rec.version)
         return control, rec.version
 
-    def _is_own_materialized(self, tp: TopicPartition, pending: PendingAppend) -> bool:
-        """True if ``pending`` is our last append to ``tp`` and its index create
-        succeeded: its index key exists (or a compaction covers its range:
-        only compaction and vacuum delete index keys, and only covered ones)."""
-        with self._cache_lock:
-            own = self._own.get(tp)
-        return own is not None and own.pending.append_id == pending.append_id
-
-    def _settle_own(self, keys: PartitionKeys, control: ControlRecord) -> None:
-        """A fresh control read tells whether our last append's index create
-        could have been a late materialization (SPEC 7.2): if the control
-        still holds that pending, it was not (while a pending is in the
-        control record no compaction deletes its key, SPEC 7.7 K1). If
-        another process replaced it, run the clean-up check of 7.2 on the key
-        our C4 created (the C5-conflict rule of SPEC 7.3, deferred)."""
-        tp = keys.tp
-        with self._cache_lock:
-            own = self._own.get(tp)
-            if own is None:
-                return
-            if control.pending is not None and control.pending.append_id == own.pending.append_id:
-                if own.created_version is not None:
-                    self._own[tp] = own._replace(created_version=None)
-                return
-            del self._own[tp]
-        if own.created_version is None:
-            return
-        try:
-            if recovery.drop_if_redundant(self._meta, keys, own.pending, own.created_version):
-                self.metrics.inc("writer_redundant_entries_dropped_total")
-        except LlogError as exc:  # vacuum deletes redundant entries too (SPEC 7.9)
-            log.warning("clean-up check of %s..%s of %s failed: %s",
-                        own.pending.start_offset, own.pending.end_offset, tp, exc)
-
-    def _drop_own(self, tp: TopicPartition) -> None:
-        with self._cache_lock:
-            self._own.pop(tp, None)
-
     def _clear_own_pendings(self) -> None:
-        """On close: C5 for every log whose control (as last cached) still
-        holds our materialized pending, so a log this writer stops using is
-        left with ``pending: null`` (and its blob is not pinned by it). Best
-        effort: a pending left behind is cleared by the next append, a fence
-        or the compactor (SPEC 7.3)."""
-        with self._cache_lock:
-            todo = [(tp, own, self._control_cache.get(tp)) for tp, own in self._own.items()]
-        for tp, own, hit in todo:
+        """On close, C5 for each log whose cached control holds our pending, so
+        a log we stop using ends with ``pending: null``. Best effort (SPEC 7.3)."""
+        for tp, own in self._own.items():
+            with self._cache_lock:
+                hit = self._control_cache.get(tp)
             keys = self.layout.keys(tp)
             with self._tp_locks[tp]:
                 try:
@@ -519,7 +462,7 @@ class LeaderlessLogWriter(Closeable):
                     except VersionConflict:
                         self._read_control(keys)  # someone replaced it: settle (7.3 C5 conflict)
                         continue
-                    self._drop_own(tp)
+                    self._own.drop(tp)
                     self._remember(tp, cleared, new_version)
                     self.metrics.inc("writer_pendings_cleared_on_close_total")
                 except LlogError as exc:
@@ -533,10 +476,9 @@ class LeaderlessLogWriter(Closeable):
         and the CAS fails if the copy is stale."""
         with self._cache_lock:
             hit = self._control_cache.get(tp)
-            own = self._own.get(tp)
         if hit is None or hit[0].pending is None:
             return hit
-        return hit if own is not None and own.pending.append_id == hit[0].pending.append_id else None
+        return hit if self._own.is_materialized(tp, hit[0].pending) else None
 
     def _remember(self, tp: TopicPartition, control: ControlRecord, version: int) -> None:
         with self._cache_lock:
