@@ -3,8 +3,8 @@
 Drives a BatchingProducer from many threads over N partitions with R-byte
 records for a fixed time, then scans what was written back with the reader,
 and prints figures: records/s, MB/s, flushes, flush latency p50/p99, S3 PUTs
-per flush, Oxia round trips per partition per flush; for the scan records/s,
-MB/s, S3 GETs and Oxia calls.
+per flush, Oxia round trips per partition per flush (and of those the writes
+and the reads); for the scan records/s, MB/s, S3 GETs and Oxia calls.
 
 Uses the stack named by LLOG_* in the environment, or starts a private local
 stack (Oxia + MinIO) in a temporary directory when LLOG_OXIA_SERVICE_ADDRESS
@@ -122,7 +122,10 @@ def produce(args: argparse.Namespace, env: dict[str, str], metrics: LlogMetrics)
     flush_h = metrics.histogram("batcher_flush_seconds")
     partition_flushes = metrics.counter("batcher_flush_partitions_total")
     oxia_writes = sum(
-        metrics.counter("oxia_operations_total", op=op) for op in ("put", "put_cas", "get", "get_ceiling")
+        metrics.counter("oxia_operations_total", op=op) for op in ("put", "put_cas", "delete", "delete_range")
+    )
+    oxia_reads = sum(
+        metrics.counter("oxia_operations_total", op=op) for op in ("get", "get_ceiling", "range_scan", "list")
     )
     init_ops = 2 * args.partitions  # initialize_partition: two create-if-absent puts each
     ordered = sorted(latencies)
@@ -138,7 +141,9 @@ def produce(args: argparse.Namespace, env: dict[str, str], metrics: LlogMetrics)
         "submit_ack_p99_ms": round(ordered[int(len(ordered) * 0.99)] * 1000, 1) if ordered else 0,
         "s3_puts_per_flush": round(metrics.counter("s3_operations_total", op="put") / max(flushes, 1), 3),
         "avg_partitions_per_flush": round(partition_flushes / max(flushes, 1), 1),
-        "oxia_round_trips_per_partition_per_flush": round((oxia_writes - init_ops) / max(partition_flushes, 1), 3),
+        "oxia_round_trips_per_partition_per_flush": round((oxia_writes + oxia_reads - init_ops) / max(partition_flushes, 1), 3),
+        "oxia_writes_per_partition_per_flush": round((oxia_writes - init_ops) / max(partition_flushes, 1), 3),
+        "oxia_reads_per_partition_per_flush": round(oxia_reads / max(partition_flushes, 1), 3),
         "backpressure_rejections": rejected,
         "blob_mib_avg": round(metrics.counter("writer_blob_bytes_total") / max(flushes, 1) / MIB, 2),
     }

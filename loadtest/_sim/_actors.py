@@ -132,8 +132,22 @@ def writer(world: World, name: str, rng: random.Random, tps: list[TP], appends: 
         # A producer that cannot tell whether its append landed may send it
         # again (at-least-once): the records may then appear twice.
         retry = [(a.tp, a.payloads) for a in attempts if a.status == UNKNOWN and rng.random() < 0.5]
+        if rng.random() < 0.05:
+            _close(w)
+            w = world.new_writer()
         if rng.random() < 0.3:
             world.nap(rng.uniform(0.001, 0.05))
+    if rng.random() < 0.5:
+        _close(w)
+
+
+def _close(w) -> None:
+    """A graceful stop: ``close()`` clears the pendings the writer left
+    (SPEC 7.3, C5 on close); a crash inside it is a SIGKILL mid-way."""
+    try:
+        w.close()
+    except SimCrash:
+        pass
 
 
 def compactor(world: World, name: str, rng: random.Random, runs: int) -> None:

@@ -147,6 +147,11 @@ def check_log(tp: TP, v: LogView, prev: LogView | None, objects: set[str]) -> li
         ):
             bad.append(f"{name}: entries cover part of pending [{p.start_offset}, {p.end_offset}] "
                        f"without its own entry [8.1.8]")
+        pp = None if prev is None or prev.control is None else prev.control.pending
+        if (pp is not None and pp.append_id == p.append_id and any(e.end == p.end_offset for e in prev.entries)
+                and not any(e.end == p.end_offset for e in v.entries)):
+            bad.append(f"{name}: the index key of the materialized pending [{p.start_offset}, {p.end_offset}] "
+                       f"was deleted while it is still pending [8.1.8]")
     for e in v.entries:
         if e.start < 1 or e.end >= S:
             bad.append(f"{name}: entry [{e.start}, {e.end}] outside [1, {S - 1}] [8.1.5]")

@@ -4,8 +4,9 @@ One run rewrites one contiguous run of WAL entries, starting exactly at the
 compaction cursor, into one partition-local ``bytes-batch-v1`` object, and
 swaps the index over to it:
 
-    K1  recover the writer's pending append; the run never covers offsets
-        above the last materialized append ("the limit")
+    K1  make sure ``meta/control``'s pending append is in the index (clear it
+        once compacted, on an idle log); never cover offsets above that
+        control read's high watermark ("the limit")
     K2  if ``meta/compaction`` exists, resume it by state and stop
     K3  select WAL entries from the cursor: contiguous, <= limit, within
         ``max_offsets`` / ``max_bytes`` (the first entry always, if <= limit)
@@ -42,7 +43,7 @@ from typing import Callable, Mapping
 from .._config import OxiaConfig, S3Config
 from .._errors import InconsistentReadState, InvalidRequest, ObjectNotFound, PartitionNotInitialized, VersionConflict
 from .._log.reader import LeaderlessLogReader, ResolvedBatch
-from .._log.recovery import materialize_pending
+from .._log import recovery
 from .._protocol.codec import BATCH_ENCODING, encode_batch
 from .._protocol.keys import LogLayout, PartitionKeys
 from .._protocol.records import (
@@ -310,32 +311,34 @@ class LeaderlessLogCompactor(Closeable):
 
     # -- K1 -------------------------------------------------------------------------
     def _recover_pending(self, keys: PartitionKeys) -> tuple[int, int, bool]:
-        """Materialize and clear a leftover pending append; return the limit
-        (highest offset compaction may cover), the high watermark, and
-        whether a pending append was recovered."""
+        """K1: make sure the pending append (if any) is in the index; return the
+        limit (the high watermark: a pending's key can only become a run's end
+        key), the high watermark, and whether this call created the pending's
+        index entry. A pending whose key is already COMPACTED is cleared: the
+        log has been idle since (SPEC 7.7 K1)."""
         rec = self._meta.get(keys.control, keys.partition_key)
         if rec is None:
             raise PartitionNotInitialized(
                 "partition is not initialized", topic=keys.tp.topic, partition=keys.tp.partition
             )
         control = ControlRecord.decode(rec.value)
+        pending = control.pending
         recovered = False
-        if control.pending is not None:
-            materialize_pending(self._meta, keys, control.pending)
-            try:
-                self._meta.put(
-                    keys.control, control.with_pending(None).encode(), keys.partition_key,
-                    expected_version=rec.version,
-                )
-                control = control.with_pending(None)
-                recovered = True
-                self.metrics.inc("compactor_pending_recoveries_total")
-            except VersionConflict:
-                again = self._meta.get(keys.control, keys.partition_key)
-                if again is not None:
-                    control = ControlRecord.decode(again.value)
-        limit = control.pending.start_offset - 1 if control.pending is not None else control.high_watermark
-        return limit, control.high_watermark, recovered
+        if pending is not None:
+            entry = self._meta.get(keys.index(pending.end_offset), keys.partition_key)
+            if entry is None:
+                created = recovery.create_index_entry(self._meta, keys, pending)
+                recovered = created is not None and not recovery.drop_if_redundant(self._meta, keys, pending, created)
+                if recovered:
+                    self.metrics.inc("compactor_pending_recoveries_total")
+            elif IndexEntry.decode(entry.value).type == ENTRY_COMPACTED:
+                try:  # a conflict: a writer appended meanwhile, its reservation replaced the pending
+                    self._meta.put(keys.control, control.with_pending(None).encode(), keys.partition_key,
+                                   expected_version=rec.version)
+                    self.metrics.inc("compactor_idle_pendings_cleared_total")
+                except VersionConflict:
+                    pass
+        return control.high_watermark, control.high_watermark, recovered
 
     # -- K3 -------------------------------------------------------------------------
     def _select(

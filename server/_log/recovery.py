@@ -1,11 +1,14 @@
 """Recovery of pending appends (SPEC 7.2): materialize someone's index entry.
 
 A pending append in ``meta/control`` is committed (SPEC 7.3 step C3); whoever
-finds it (the next writer, a fence, the compactor) creates its index entry
-if it is missing, and deletes that entry again if a compaction already
-covers it (late materialization, SPEC 8.2 O3). The writer and the compactor
-share these functions; callers reach them through the module
-(``recovery.create_index_entry``) so a test can replace one in one place.
+finds it (the next writer, a fence, the compactor) makes sure its index entry
+exists: a GET of its key first (in steady state the entry is there, because
+the writer leaves its materialized pending in place, and a read is cheaper
+than a write), a create-if-absent only if it is missing, and that entry is
+deleted again if a compaction already covers it (late materialization, SPEC
+8.2 O3). The writer and the compactor share these functions; callers reach
+them through the module (``recovery.create_index_entry``) so a test can
+replace one in one place.
 """
 
 from __future__ import annotations
@@ -32,15 +35,21 @@ def materialize_pending(store: MetadataStore, keys: PartitionKeys, pending: Pend
     """Create the index entry of someone's pending append if it is missing
     (SPEC 7.2), as a recoverer: a writer, fence or compactor that found it.
 
-    Returns True if this call created the entry and it stays. Create-if-absent
-    is safe because a pending append is always the partition's newest: if its
-    end key exists it is either this very entry or a compaction ending there.
-    A recoverer may have stalled while the append was materialized, cleared
+    Returns True if this call created the entry and it stays. The GET first
+    is 7.2 step 1's "exists" answer without a write: any entry at the
+    pending's end key covers its whole range (its own WAL entry, or a
+    COMPACTED entry ending there), and a key that existed is only ever
+    deleted once a COMPACTED entry covers it. Create-if-absent is safe
+    because a pending append is always the partition's newest: if its end
+    key exists it is either this very entry or a compaction ending there. A
+    recoverer may have stalled while the append was materialized, replaced
     and compacted past; then its put re-created a redundant key inside a
     compacted range, which :func:`drop_if_redundant` deletes again. (The
-    append's own writer uses :func:`create_index_entry` and checks only when
-    its clear conflicts, see ``LeaderlessLogWriter._finish``.)
+    append's own writer uses :func:`create_index_entry` and checks later,
+    see ``OwnPendings.settle`` in ``own.py``.)
     """
+    if store.get(keys.index(pending.end_offset), keys.partition_key) is not None:
+        return False
     version = create_index_entry(store, keys, pending)
     if version is None:
         return False

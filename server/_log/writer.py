@@ -5,22 +5,26 @@ PUT, LLS1 layout), then commits each topic-partition independently and
 concurrently:
 
 1. take ``meta/control`` (the writer's cached copy and version, or a fresh get);
-2. if it holds a ``pending`` append, materialize that append's index entry
-   (create-if-absent) and treat it as cleared;
+2. if it holds a ``pending`` append, make sure that append is in the index
+   and treat it as cleared: nothing to do if it is the writer's own last
+   append whose index create it saw succeed; otherwise GET its index key and
+   create it (create-if-absent) only if it is missing;
 3. refuse if the log is FENCED;
 4. CAS ``meta/control`` to ``sequence_counter = end + 1`` with our ``pending``
    (on a version conflict: re-read, back off with jitter, retry);
-5. create the index entry at ``index/{end_offset}``;
-6. CAS ``meta/control`` to clear ``pending`` if it is still ours.
+5. create the index entry at ``index/{end_offset}``.
+
+Our ``pending`` stays in ``meta/control``, materialized, and the next
+append's step 4 replaces it: two Oxia writes per partition per flush and no
+read in steady state (the cached control version saves the get; ``own.py``
+holds what makes step 2 free). :meth:`close` clears what is left (SPEC 7.3 C5).
 
 The append is committed, durable and readable at step 4 (any later writer,
 fence or compactor materializes it), so it is acknowledged with its offsets
-once step 4 is known to have landed, even if steps 5 or 6 fail. Every error
-a group reports is definite (nothing of it is in the log) except
+once step 4 is known to have landed, even if step 5 fails. Every error a
+group reports is definite (nothing of it is in the log) except
 ``OutcomeUnknown``: the reply to step 4 was lost and the store could not be
-read to decide. In steady state an append is three Oxia round trips per
-partition per flush: the cached control version makes the initial get
-unnecessary.
+read to decide.
 
 Index entries are only ever *created* by this module (never overwritten): a
 compaction may already have replaced the key with a COMPACTED entry, and
@@ -70,6 +74,7 @@ from .._storage.stores import Closeable, Stores, use_stores
 from .._metrics import LlogMetrics
 from . import recovery
 from .index import covering_entry
+from .own import OwnPendings
 
 __all__ = ["LeaderlessLogWriter", "StagedBlob"]
 
@@ -131,7 +136,10 @@ class LeaderlessLogWriter(Closeable):
         self._resources.callback(self._pool.shutdown, wait=True)
         self._cache_lock = threading.Lock()
         self._control_cache: dict[TopicPartition, tuple[ControlRecord, int]] = {}
+        self._own = OwnPendings(self.metrics)
         self._tp_locks: dict[TopicPartition, threading.Lock] = defaultdict(threading.Lock)
+        # Registered last, so it runs first on close: the pool is still up.
+        self._resources.callback(self._clear_own_pendings)
 
     @classmethod
     def from_env(
@@ -321,12 +329,12 @@ class LeaderlessLogWriter(Closeable):
         return result
 
     def _commit(self, keys: PartitionKeys, template: PendingAppend) -> AppendResult:
-        """Reserve offsets for one group (C1-C3), then finish it (C4-C5).
+        """Reserve offsets for one group (C1-C3), then create its index entry (C4).
 
         Every error raised here is definite (nothing of the group is in the
         log) except :class:`OutcomeUnknown`. Once the reservation is known to
-        have landed the group is reported committed, whatever happens to C4
-        and C5: its records are durable and readable through ``pending``.
+        have landed the group is reported committed, whatever happens to C4:
+        its records are durable and readable through ``pending``.
         """
         tp = keys.tp
         backoff = Backoff()
@@ -336,7 +344,8 @@ class LeaderlessLogWriter(Closeable):
                 state = self._read_control(keys)
             control, version = state
             if control.pending is not None:
-                recovery.materialize_pending(self._meta, keys, control.pending)
+                if not self._own.is_materialized(tp, control.pending):
+                    recovery.materialize_pending(self._meta, keys, control.pending)
                 control = control.with_pending(None)
             if _now_ms() - template.created_at_ms > self.max_reference_age_ms:
                 raise ConcurrencyConflict(
@@ -379,6 +388,10 @@ class LeaderlessLogWriter(Closeable):
                     continue
                 break
 
+        # Our reservation replaced whatever pending the control held, our own
+        # previous one included; the version it was conditional on still held
+        # that one, so its C4 was no late materialization (SPEC 7.3 C3).
+        self._own.drop(tp)
         self._finish(keys, reserved, reserved_version)
         return AppendResult(
             topic=tp.topic,
@@ -393,36 +406,26 @@ class LeaderlessLogWriter(Closeable):
         )
 
     def _finish(self, keys: PartitionKeys, reserved: ControlRecord, reserved_version: int | None) -> None:
-        """C4 and C5 for a committed reservation. Failures here never fail the
-        append: it is committed, and whoever next touches the log
-        materializes the pending append (7.2)."""
+        """C4 for a committed reservation. A failure here never fails the
+        append: whoever next touches the log materializes it (7.2). No C5:
+        our next reservation replaces the pending (or :meth:`close` clears it)."""
         pending = reserved.pending
         assert pending is not None
         if reserved_version is None:
             return  # another writer already took over and materialized it
         try:
             created = recovery.create_index_entry(self._meta, keys, pending)
-            try:
-                cleared = reserved.with_pending(None)
-                new_version = self._meta.put(
-                    keys.control, cleared.encode(), keys.partition_key, expected_version=reserved_version
-                )
-                self._remember(keys.tp, cleared, new_version)
-            except VersionConflict:
-                # Another process replaced our pending, after materializing it.
-                # If our create still succeeded, a compaction may have deleted
-                # that materialized key before it: ours is then redundant.
-                self._forget(keys.tp)
-                if created is not None and recovery.drop_if_redundant(self._meta, keys, pending, created):
-                    self.metrics.inc("writer_redundant_entries_dropped_total")
         except LlogError as exc:
             self._forget(keys.tp)
             self.metrics.inc("writer_finish_failures_total")
             log.warning(
-                "append %s..%s of %s is committed but its index entry or clear failed (%s); "
+                "append %s..%s of %s is committed but its index entry failed (%s); "
                 "it is readable through meta/control.pending until the next append materializes it",
                 pending.start_offset, pending.end_offset, keys.tp, exc,
             )
+            return
+        self._own.remember(keys.tp, pending, created)
+        self._remember(keys.tp, reserved, reserved_version)
 
     def _resolve_ambiguous(self, keys: PartitionKeys, pending: PendingAppend) -> tuple[_Landed, int | None]:
         """After a lost reply to our reserve CAS, decide whether it landed
@@ -431,7 +434,9 @@ class LeaderlessLogWriter(Closeable):
         materialized it)."""
         self._forget(keys.tp)
         try:
-            control, version = self._read_control(keys)
+            # Not settled against our previous pending: our own reservation
+            # may be what replaced it. The retry's fresh read settles it.
+            control, version = self._read_control(keys, settle=False)
             if control.pending is not None and control.pending.append_id == pending.append_id:
                 return _Landed.YES, version
             if control.sequence_counter <= pending.end_offset:
@@ -454,7 +459,7 @@ class LeaderlessLogWriter(Closeable):
         return (_Landed.YES, None) if ours else (_Landed.NO, None)
 
     # -- helpers ---------------------------------------------------------------
-    def _read_control(self, keys: PartitionKeys) -> tuple[ControlRecord, int]:
+    def _read_control(self, keys: PartitionKeys, *, settle: bool = True) -> tuple[ControlRecord, int]:
         rec = self._meta.get(keys.control, keys.partition_key)
         if rec is None:
             raise PartitionNotInitialized(
@@ -462,16 +467,49 @@ class LeaderlessLogWriter(Closeable):
                 topic=keys.tp.topic, partition=keys.tp.partition,
             )
         control = ControlRecord.decode(rec.value)
+        if settle:
+            self._own.settle(self._meta, keys, control)
         self._remember(keys.tp, control, rec.version)
         return control, rec.version
 
+    def _clear_own_pendings(self) -> None:
+        """On close, C5 for each log whose cached control holds our pending, so
+        a log we stop using ends with ``pending: null``. Best effort (SPEC 7.3)."""
+        for tp, own in self._own.items():
+            with self._cache_lock:
+                hit = self._control_cache.get(tp)
+            keys = self.layout.keys(tp)
+            with self._tp_locks[tp]:
+                try:
+                    if hit is None or hit[0].pending is None or hit[0].pending.append_id != own.pending.append_id:
+                        self._read_control(keys)  # settles the clean-up check; clears nothing
+                        continue
+                    control, version = hit
+                    cleared = control.with_pending(None)
+                    try:
+                        new_version = self._meta.put(
+                            keys.control, cleared.encode(), keys.partition_key, expected_version=version
+                        )
+                    except VersionConflict:
+                        self._read_control(keys)  # someone replaced it: settle (7.3 C5 conflict)
+                        continue
+                    self._own.drop(tp)
+                    self._remember(tp, cleared, new_version)
+                    self.metrics.inc("writer_pendings_cleared_on_close_total")
+                except LlogError as exc:
+                    log.warning("could not clear the pending append of %s on close: %s", tp, exc)
+
     def _cached(self, tp: TopicPartition) -> tuple[ControlRecord, int] | None:
-        """The cached control, unless it holds a pending append: a pending seen
-        in a stale copy may be long materialized and compacted, so acting on it
-        (materializing) is only done from a fresh read."""
+        """The cached control, unless it holds a pending append other than our
+        own materialized one: a pending seen in a stale copy may be long
+        materialized and compacted, so acting on it (materializing) is only
+        done from a fresh read. Our own one needs no action, only replacing,
+        and the CAS fails if the copy is stale."""
         with self._cache_lock:
             hit = self._control_cache.get(tp)
-        return None if hit is None or hit[0].pending is not None else hit
+        if hit is None or hit[0].pending is None:
+            return hit
+        return hit if self._own.is_materialized(tp, hit[0].pending) else None
 
     def _remember(self, tp: TopicPartition, control: ControlRecord, version: int) -> None:
         with self._cache_lock:

@@ -95,11 +95,12 @@ _WRITER = (
     _h("writer_blob_partitions", "Partition batches per shared WAL blob", buckets=COUNT_BUCKETS),
     _c("writer_cas_conflicts_total", "Reservations that lost a compare-and-set on meta/control and retried"),
     _c("writer_commit_failures_total", "Partition commits that failed, by error type", "error"),
-    _c("writer_finish_failures_total", "Index creates or clears that failed after a landed reservation"),
+    _c("writer_finish_failures_total", "Index creates that failed after a landed reservation"),
     _c("writer_outcome_unknown_total", "Partition batches whose outcome could not be decided (OutcomeUnknown)"),
     _c("writer_partitions_initialized_total", "Partitions this process initialized"),
     _c("writer_pending_recovered_total", "Other writers' pending appends this writer materialized"),
     _c("writer_redundant_entries_dropped_total", "Own index entries deleted because a compaction covered them"),
+    _c("writer_pendings_cleared_on_close_total", "Own materialized pending appends cleared from meta/control on close"),
 )
 
 _READ = (
@@ -153,6 +154,7 @@ _COMPACTOR = (
     _h("compactor_candidate_bytes", "Bytes of the compacted blob one compaction wrote", buckets=SIZE_BUCKETS_BYTES),
     _c("compactor_resumed_total", "Interrupted compactions finished by this process"),
     _c("compactor_pending_recoveries_total", "Pending appends materialized by the compactor before selecting"),
+    _c("compactor_idle_pendings_cleared_total", "Compacted pending appends of idle logs cleared from meta/control"),
     _g("compactor_lag_offsets", "Offsets left uncompacted by the last run on the partition (max across processes)",
        "topic", "partition", aggregate="max"),
     _g("compactor_backlog_offsets", "Offsets waiting for compaction when the last run on the partition began: "
@@ -231,7 +233,8 @@ PRESENT_AT_START: dict[str, tuple[str, ...]] = {
         "compactor_runs_total", "compactor_run_seconds", "compactor_compacted_offsets_total",
         "compactor_compacted_bytes_total", "compactor_tasks_total", "compactor_claims_total",
         "compactor_discovery_passes_total", "compactor_partitions_pending", "compactor_in_flight_tasks",
-        "compactor_resumed_total", "compactor_pending_recoveries_total", "compactor_candidate_entries",
+        "compactor_resumed_total", "compactor_pending_recoveries_total", "compactor_idle_pendings_cleared_total",
+        "compactor_candidate_entries",
         "compactor_candidate_records", "compactor_candidate_bytes", "compactor_stage_seconds",
         "vacuum_bytes_reclaimed_total", "vacuum_objects_scanned_total", "vacuum_redundant_entries_deleted_total",
         "vacuum_runs_total", "vacuum_objects_deleted_total", "compactor_blob_cache_requests_total",

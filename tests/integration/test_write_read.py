@@ -162,7 +162,11 @@ def test_writer_killed_after_reserve_before_index(writer, reader, llog_env):
     # This (other) writer's next append materializes it first.
     (r,) = writer.append_shared([SharedAppendGroup("crash", 0, [b"after"])])
     assert r.start_offset == 4
-    assert reader.control("crash", 0).pending is None
+    # The crashed append's pending was replaced by ours, which stays until
+    # this writer's next append (SPEC 7.3): materialized, its index key exists.
+    assert reader.control("crash", 0).pending.start_offset == 4
+    assert [b.end_offset for b in reader.scan_batches("crash", 0, 1, 4)] == [1, 3, 4]
+    assert not any(b.from_pending for b in reader.scan_batches("crash", 0, 1, 4))
     assert all_payloads(reader, "crash", 0) == [b"before", b"x", b"y", b"after"]
 
 

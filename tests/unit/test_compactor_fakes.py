@@ -354,3 +354,58 @@ def test_lag_is_what_a_run_left_and_backlog_what_it_found():
     assert (partial.lag_offsets, partial.backlog_offsets) == (30, 61)
     idle = CompactionResult("t", 0, CompactionOutcome.NOTHING_TO_DO, high_watermark=100, cursor=101)
     assert (idle.lag_offsets, idle.backlog_offsets) == (0, 0)
+
+
+def test_compaction_covers_a_lingering_pending_and_clears_it_once_idle(stores):
+    """Writers leave their materialized pending in meta/control (SPEC 7.3).
+    The compactor covers it (as the run's end key, never as a lower key),
+    writes nothing to meta/control while the log is active, and clears it on
+    the first run after it was compacted if no append came since (SPEC 7.7
+    K1), so it no longer pins its WAL object (7.9)."""
+    from server._protocol.keys import LogLayout
+    from server.leaderless_log_vacuum import Vacuum
+
+    meta, objs = stores
+    keys = LogLayout("llog").partition("orders", 0)
+    w = make(stores, LeaderlessLogWriter)  # not closed: its last pending stays
+    w.initialize_partition("orders", 0)
+    for b in range(3):
+        w.append_shared([SharedAppendGroup("orders", 0, [f"{b}.{i}".encode() for i in range(3)])])
+    control_version = meta.get(keys.control, keys.partition_key).version
+    assert ControlRecord.decode(meta.get(keys.control, keys.partition_key).value).pending.start_offset == 7
+    with make(stores, LeaderlessLogCompactor) as c:
+        res = c.compact_once("orders", 0)
+        assert (res.outcome, res.start_offset, res.end_offset) == (CompactionOutcome.COMPACTED, 1, 9)
+        assert res.lag_offsets == 0
+        # the compaction did not touch meta/control: the writer's cached version still holds
+        assert meta.get(keys.control, keys.partition_key).version == control_version
+        assert ControlRecord.decode(meta.get(keys.control, keys.partition_key).value).pending is not None
+        assert index(meta) == [(1, 9, "COMPACTED")]
+        # idle since: the next run finds the pending's key COMPACTED and clears it
+        res = c.compact_once("orders", 0)
+        assert res.outcome is CompactionOutcome.NOTHING_TO_DO
+    assert ControlRecord.decode(meta.get(keys.control, keys.partition_key).value).pending is None
+    with make(stores, Vacuum, grace_ms=0) as v:
+        v.run_once()
+    assert list(objs.list("llog", "llog/wal-shared/")) == []  # no pending pins the last WAL object
+    # the writer's cached CAS now conflicts; it re-reads and goes on
+    w.append_shared([SharedAppendGroup("orders", 0, [b"after"])])
+    w.close()
+    check_invariants(meta)
+    assert read_all(stores) == [f"{b}.{i}".encode() for b in range(3) for i in range(3)] + [b"after"]
+
+
+def test_a_compactor_finding_an_unmaterialized_pending_creates_its_entry(stores):
+    """A writer that crashed between C3 and C4: the compactor creates the
+    entry (7.2 step 2) and may then cover it."""
+    meta, _ = stores
+    want = fill(stores, batches=2)
+    with make(stores, LeaderlessLogWriter) as w:
+        meta.fail_next("put", key_contains="/index/")
+        w.append_shared([SharedAppendGroup("orders", 0, [b"lost-c4"])])
+    assert index(meta) == [(1, 3, "WAL"), (4, 6, "WAL")]
+    with make(stores, LeaderlessLogCompactor) as c:
+        res = c.compact_once("orders", 0)
+    assert res.recovered_pending and (res.start_offset, res.end_offset) == (1, 7)
+    check_invariants(meta)
+    assert read_all(stores) == want + [b"lost-c4"]

@@ -79,15 +79,21 @@ def test_a_reservation_that_landed_is_acknowledged_even_if_the_index_create_fail
     assert index(meta) == [(1, 1, "WAL"), (2, 3, "WAL"), (4, 4, "WAL")]
 
 
-def test_a_reservation_that_landed_is_acknowledged_even_if_the_clear_fails(stores):
+def test_a_clear_that_fails_on_close_leaves_the_pending_for_the_next_writer(stores):
     meta, _ = stores
     with writer(stores) as w:
-        failed = fail_first_control_put(meta, b'"pending":null', applied=False)  # the clear (C5)
+        failed = fail_first_control_put(meta, b'"pending":null', applied=False)  # the clear (C5) on close
         res = append(w, b"a")
         assert res.ok and res.start_offset == 2
         assert append(w, b"b").start_offset == 3
+        assert not failed  # appends no longer clear their pending
     assert failed
+    assert ControlRecord.decode(meta.get(CONTROL, "orders:0").value).pending.start_offset == 3
     assert log_of(stores) == [b"first", b"a", b"b"]
+    with LeaderlessLogWriter(OXIA, S3, metadata_store=meta, object_store=stores[1]) as w:
+        assert append(w, b"c").start_offset == 4  # GETs the left pending's key: materialized
+    assert log_of(stores) == [b"first", b"a", b"b", b"c"]
+    assert index(meta) == [(1, 1, "WAL"), (2, 2, "WAL"), (3, 3, "WAL"), (4, 4, "WAL")]
 
 
 def test_a_lost_reply_to_a_reservation_that_landed_is_acknowledged(stores):

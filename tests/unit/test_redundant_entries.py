@@ -3,9 +3,10 @@
 A writer that stalls between its reservation and its own index create can
 find, when it resumes, that its pending append was materialized by another
 writer, compacted, and the key deleted: its create-if-absent then succeeds
-and leaves a WAL entry inside a COMPACTED range. The writer now deletes such
-an entry itself; one left behind (a crash before that) must never make any
-read path fail.
+and leaves a WAL entry inside a COMPACTED range. The writer deletes such an
+entry itself once it learns its pending was replaced (its next append, or
+close); one left behind (a crash before that) must never make any read path
+fail.
 """
 
 from __future__ import annotations
@@ -78,10 +79,11 @@ def every_read_path(stores, want: list[bytes]) -> None:
             assert got == want[start - 1:]
 
 
-def test_a_stalled_writer_leaves_no_entry_inside_a_compacted_range():
+def _stall_writer_a_past_a_compaction():
     """The interleaving of SPEC 7.2's late materialization, by the writer
     whose own append it is: A reserves and stalls, B materializes A's pending
-    and appends, a compaction covers both and deletes A's key, A resumes."""
+    and appends, a compaction covers both and deletes A's key, A resumes and
+    re-creates it. Returns the stores, writer A and A's append results."""
     meta = PausingStore("writer-A")
     stores = (meta, InMemoryObjectStore())
     with make(stores, LeaderlessLogWriter) as w:
@@ -102,13 +104,35 @@ def test_a_stalled_writer_leaves_no_entry_inside_a_compacted_range():
     assert index(meta) == [(1, 5, "COMPACTED")]
     meta.release.set()
     thread.join(10)
-    writer_a.close()
-
     (res,) = result["r"]
     assert res.ok and (res.start_offset, res.end_offset) == (3, 4)
+    return stores, writer_a
+
+
+def test_a_stalled_writer_leaves_no_entry_inside_a_compacted_range():
+    """Writer A's late create is undone at the latest when A closes (its
+    clear of the pending conflicts, SPEC 7.3 C5)."""
+    stores, writer_a = _stall_writer_a_past_a_compaction()
+    meta = stores[0]
+    writer_a.close()
     assert index(meta) == [(1, 5, "COMPACTED")], "the stalled writer's late create must be undone"
     check_invariants(meta)
     every_read_path(stores, [b"a", b"b", b"A1", b"A2", b"B1"])
+
+
+def test_a_stalled_writer_undoes_its_late_create_on_its_next_append():
+    """Writer A is not closed: its next append to the log reads meta/control
+    (its cached CAS conflicts), finds its pending replaced by another
+    writer's, and runs the clean-up check then (SPEC 7.3 C2)."""
+    stores, writer_a = _stall_writer_a_past_a_compaction()
+    meta = stores[0]
+    assert index(meta) == [(3, 4, "WAL"), (1, 5, "COMPACTED")]  # the late create, for now
+    writer_a.append_shared([SharedAppendGroup("orders", 0, [b"A3"])])
+    assert index(meta) == [(1, 5, "COMPACTED"), (6, 6, "WAL")]
+    assert writer_a.metrics.counter("writer_redundant_entries_dropped_total") == 1
+    writer_a.close()
+    check_invariants(meta)
+    every_read_path(stores, [b"a", b"b", b"A1", b"A2", b"B1", b"A3"])
 
 
 def _leave_redundant_entry(stores) -> list[bytes]:
@@ -162,3 +186,4 @@ def test_compaction_continues_past_a_redundant_entry_and_vacuum_removes_it(store
         v.run_once()
     assert index(meta) == [(1, 12, "COMPACTED"), (13, 19, "COMPACTED")]
     check_invariants(meta)
+

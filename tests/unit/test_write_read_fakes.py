@@ -24,6 +24,7 @@ from server._errors import (
     PartitionNotInitialized,
     ProducerClosed,
 )
+from server._protocol.keys import LogLayout
 from server._protocol.records import ControlRecord, IndexEntry
 from server._storage.metastore import InMemoryMetadataStore
 from server._storage.objectstore import InMemoryObjectStore
@@ -32,6 +33,7 @@ from server.leaderless_log_writer import BatchingProducer, LeaderlessLogWriter, 
 
 OXIA = OxiaConfig("fake:1", root_prefix="llog")
 S3 = S3Config("llog")
+KEYS = LogLayout("llog").partition("orders", 0)
 
 
 @pytest.fixture
@@ -63,6 +65,12 @@ def payloads(reader, topic="orders", partition=0, start=1):
     return [r.payload for r in reader.iter_from(topic, partition, start)]
 
 
+def index_entries(meta: InMemoryMetadataStore) -> list[tuple[int, str]]:
+    """``(end offset, type)`` of every index entry of orders:0."""
+    return [(KEYS.index_offset(r.key), IndexEntry.decode(r.value).type)
+            for r in meta.range_scan(KEYS.index(1), KEYS.index_end, KEYS.partition_key)]
+
+
 def test_initialize_is_idempotent(writer, stores):
     meta, _ = stores
     assert writer.initialize_partition("orders", 0) is True
@@ -87,14 +95,55 @@ def test_one_blob_many_partitions_offsets_per_partition(writer, reader, stores):
         assert payloads(reader, partition=p) == [f"{p}-{i}".encode() for i in range(p + 1)]
 
 
-def test_steady_state_is_three_oxia_round_trips_per_partition(writer, stores):
+def test_steady_state_is_two_oxia_writes_per_partition_per_flush(writer, stores):
     meta, _ = stores
-    writer.initialize_partition("orders", 0)
-    writer.append_shared([SharedAppendGroup("orders", 0, [b"warm"])])
+    for p in range(3):
+        writer.initialize_partition("orders", p)
+    writer.append_shared([SharedAppendGroup("orders", p, [b"warm"]) for p in range(3)])
+    for flush in range(5):
+        before = dict(meta.calls)
+        writer.append_shared([SharedAppendGroup("orders", p, [b"a", b"b"]) for p in range(3)])
+        spent = {k: v - before.get(k, 0) for k, v in meta.calls.items() if v - before.get(k, 0)}
+        assert spent == {"put": 2 * 3}, flush  # per partition: reserve CAS, index create; no read
+    # Our materialized pending lingers in meta/control until the next
+    # reservation replaces it; its index entry exists.
+    c = control(meta)
+    assert c.pending is not None and c.pending.end_offset == 11
+    assert meta.get(KEYS.index(11), KEYS.partition_key) is not None
+    assert payloads(LeaderlessLogReader(OXIA, S3, metadata_store=meta, object_store=stores[1])) == (
+        [b"warm"] + [b"a", b"b"] * 5)
+
+
+def test_close_clears_the_writers_own_pendings(stores):
+    meta, objs = stores
+    with LeaderlessLogWriter(OXIA, S3, metadata_store=meta, object_store=objs) as w:
+        w.initialize_partition("orders", 0)
+        w.append_shared([SharedAppendGroup("orders", 0, [b"x"])])
+        assert control(meta).pending is not None
+    c = control(meta)
+    assert c.pending is None and c.sequence_counter == 2
+    assert index_entries(meta) == [(1, "WAL")]
+
+
+def test_a_second_writer_finds_a_materialized_pending_with_one_read(stores):
+    meta, objs = stores
+    a = LeaderlessLogWriter(OXIA, S3, metadata_store=meta, object_store=objs)
+    b = LeaderlessLogWriter(OXIA, S3, metadata_store=meta, object_store=objs)
+    a.initialize_partition("orders", 0)
+    a.append_shared([SharedAppendGroup("orders", 0, [b"a1"])])
     before = dict(meta.calls)
-    writer.append_shared([SharedAppendGroup("orders", 0, [b"a", b"b"])])
+    b.append_shared([SharedAppendGroup("orders", 0, [b"b1"])])
     spent = {k: v - before.get(k, 0) for k, v in meta.calls.items() if v - before.get(k, 0)}
-    assert spent == {"put": 3}  # reserve CAS, index create, clear CAS
+    # control GET, GET of a's index key (present: no create), reserve CAS, index create
+    assert spent == {"get": 2, "put": 2}
+    # a's cached control is stale now: its CAS conflicts, it re-reads, finds b's
+    # materialized pending (one more read) and appends after it.
+    a.append_shared([SharedAppendGroup("orders", 0, [b"a2"])])
+    assert [e for e, _ in index_entries(meta)] == [1, 2, 3]
+    assert payloads(LeaderlessLogReader(OXIA, S3, metadata_store=meta, object_store=objs)) == [b"a1", b"b1", b"a2"]
+    a.close()
+    b.close()
+    assert control(meta).pending is None
 
 
 def test_append_to_uninitialized_partition_fails_only_that_group(writer, reader):
