@@ -51,6 +51,12 @@ def run_threads(target: Callable[..., object], args: Iterable[object], name: str
     return time.monotonic() - started
 
 
+def process_cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) process ``pid`` has used so far (Linux ``/proc``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 class Broker:
     """One broker process (``--role``) on a free port, logging to ``log_path``;
     it gets SIGTERM if the benchmark dies (see ``die_with_parent_argv``)."""
@@ -70,6 +76,10 @@ class Broker:
             raise RuntimeError(f"broker did not start; see {log_path}")
         self.port = json.loads(line)["port"]
         self.url = f"http://127.0.0.1:{self.port}"
+
+    def cpu_seconds(self) -> float:
+        """CPU time (user + system) the broker process has used so far."""
+        return process_cpu_seconds(self.proc.pid)
 
     def stop(self) -> None:
         if self.proc.poll() is None:

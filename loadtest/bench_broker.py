@@ -18,7 +18,8 @@ Uses the stack named by LLOG_* in the environment, or starts a private local
 stack (Oxia + MinIO) in a temporary directory when LLOG_OXIA_SERVICE_ADDRESS
 is not set. Figures only; nothing here asserts a speed.
 
-    python -m loadtest.bench_broker --seconds 8
+    python -m loadtest.bench_broker --seconds 8                 # binary produce bodies
+    python -m loadtest.bench_broker --seconds 8 --body json     # JSON produce bodies
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from loadtest._common import Broker, run_threads, stack_env
+from server._broker.binary import PRODUCE_BINARY_CONTENT_TYPE, encode_binary_produce
 from typing import Any, Callable
 
 MIB = 1024 * 1024
@@ -59,6 +61,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--consume-seconds", type=float, default=4.0, help="most time per consume phase (default 4)")
     p.add_argument("--batch-max-delay-ms", type=int, default=500, help="LLOG_BATCH_MAX_DELAY_MS (default 500)")
     p.add_argument("--batch-max-bytes", type=int, default=8 * MIB, help="LLOG_BATCH_MAX_BYTES (default 8 MiB)")
+    p.add_argument("--body", choices=("json", "binary"), default="binary",
+                   help="produce body of phases 1-2: binary (application/vnd.llog.produce.v1, default) or json")
     p.add_argument("--json", type=Path, help="also write the figures to this JSON file")
     return p.parse_args(argv)
 
@@ -81,8 +85,8 @@ class Client:
     def __init__(self, port: int) -> None:
         self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
 
-    def post(self, path: str, body: bytes) -> tuple[int, bytes]:
-        self.conn.request("POST", path, body=body, headers={"Content-Type": "application/json"})
+    def post(self, path: str, body: bytes, content_type: str = "application/json") -> tuple[int, bytes]:
+        self.conn.request("POST", path, body=body, headers={"Content-Type": content_type})
         resp = self.conn.getresponse()
         return resp.status, resp.read()
 
@@ -103,21 +107,28 @@ def counter(metrics: dict, name: str, **labels: object) -> float:
 
 
 def make_bodies(args: argparse.Namespace, topic: str, n: int) -> list[tuple[bytes, int]]:
-    """Pre-encoded produce bodies (the client must not be the bottleneck)."""
+    """Pre-encoded produce bodies, JSON or binary by ``--body`` (the client
+    must not be the bottleneck)."""
     rnd = random.Random(7)
     record = "".join(rnd.choice(string.ascii_letters) for _ in range(args.record_bytes))
     per_tp = max(1, args.records_per_request // args.partitions_per_request)
     bodies = []
     for i in range(n):
         first = (i * args.partitions_per_request) % args.partitions
-        tps = [{"topic": topic, "partition": (first + k) % args.partitions, "records": [record] * per_tp}
-               for k in range(args.partitions_per_request)]
-        bodies.append((json.dumps({"topic_partitions": tps}).encode(), per_tp * args.partitions_per_request))
+        parts = [(first + k) % args.partitions for k in range(args.partitions_per_request)]
+        if args.body == "binary":
+            body = encode_binary_produce([(topic, p, [record.encode()] * per_tp) for p in parts])
+        else:
+            body = json.dumps({"topic_partitions": [
+                {"topic": topic, "partition": p, "records": [record] * per_tp} for p in parts
+            ]}).encode()
+        bodies.append((body, per_tp * args.partitions_per_request))
     return bodies
 
 
 def produce_phase(
-    port: int, bodies: list[tuple[bytes, int]], clients: int, seconds: float, rate_per_s: float | None, record_bytes: int
+    port: int, bodies: list[tuple[bytes, int]], clients: int, seconds: float, rate_per_s: float | None, record_bytes: int,
+    content_type: str = PRODUCE_BINARY_CONTENT_TYPE,
 ) -> dict[str, float]:
     """``clients`` threads send bodies for ``seconds``; paced at ``rate_per_s``
     requests per second in total when given (open loop per client)."""
@@ -145,7 +156,7 @@ def produce_phase(
             body, count = bodies[k % len(bodies)]
             k += clients
             t0 = time.monotonic()
-            status, _ = c.post("/produce", body)
+            status, _ = c.post("/produce", body, content_type)
             if status == 200:
                 mine.append(time.monotonic() - t0)
                 n += count
@@ -391,17 +402,23 @@ def main(argv: list[str] | None = None) -> int:
         broker = Broker(env, "both", logs / "broker.log")
         stack.callback(broker.stop)
         bodies = make_bodies(args, topic, 256)
+        ctype = PRODUCE_BINARY_CONTENT_TYPE if args.body == "binary" else "application/json"
         print(f"[bench] broker on port {broker.port}; warming up (partition initialization) ...", flush=True)
-        produce_phase(broker.port, bodies[:64], 8, 1.0, None, args.record_bytes)
+        produce_phase(broker.port, bodies[:64], 8, 1.0, None, args.record_bytes, ctype)
 
         print(f"[bench] 1. produce at saturation: {args.clients} clients, {args.seconds:.0f}s ...", flush=True)
-        sat = produce_phase(broker.port, bodies, args.clients, args.seconds, None, args.record_bytes)
+        cpu_before = broker.cpu_seconds()
+        sat = produce_phase(broker.port, bodies, args.clients, args.seconds, None, args.record_bytes, ctype)
+        cpu = broker.cpu_seconds() - cpu_before
+        # CPU per MB moves far less than MB/s when other work shares the cores.
+        sat["broker_cpu_ms_per_mb"] = round(cpu * 1000 / max(1e-9, sat["records"] * args.record_bytes / 1e6), 2)
+        sat["broker_cpu_cores"] = round(cpu / sat["seconds"], 2)
         figures["produce_saturated"] = {**sat, **broker_side(broker.port)}
 
         rate = sat["requests_per_s"] * args.paced_fraction
         print(f"[bench] 2. produce below saturation: {rate:.1f} requests/s, {args.paced_seconds:.0f}s ...", flush=True)
         figures["produce_paced"] = produce_phase(
-            broker.port, bodies, args.clients, args.paced_seconds, rate, args.record_bytes
+            broker.port, bodies, args.clients, args.paced_seconds, rate, args.record_bytes, ctype
         )
 
         print(f"[bench] 3. end to end: {args.e2e_requests_per_s:.0f} requests/s, long-polling consumers ...", flush=True)

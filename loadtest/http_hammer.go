@@ -49,7 +49,9 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"encoding/binary"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"math"
 	"math/bits"
@@ -91,6 +93,7 @@ type config struct {
 	maxInflight          int
 	duration             time.Duration
 	recordBytes          int
+	body                 string // json or binary (application/vnd.llog.produce.v1)
 	recordsPerRequest    int
 	partitionsPerRequest int
 	topic                string
@@ -137,6 +140,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		"in flight is not sent and counts as errors.backlog (the schedule never waits)")
 	fs.DurationVar(&c.duration, "duration", 30*time.Second, "how long to produce")
 	fs.IntVar(&c.recordBytes, "record-bytes", 1024, fmt.Sprintf("bytes per record (>= %d: the timestamp header)", headerBytes))
+	fs.StringVar(&c.body, "body", "json", "produce body: json, or binary (application/vnd.llog.produce.v1: each batch a\n"+
+		"bytes-batch-v1 batch the broker splices into its WAL blob as it is)")
 	fs.IntVar(&c.recordsPerRequest, "records-per-request", 100, "records per produce request, split evenly over its partitions")
 	fs.IntVar(&c.partitionsPerRequest, "partitions-per-request", 1, "partitions (batches) per produce request; all share the broker the request goes to")
 	fs.StringVar(&c.topic, "topic", "", "use only the manifest's partitions of this topic (default: all of them)")
@@ -181,6 +186,8 @@ func (c *config) validate() error {
 		return fmt.Errorf("-duration must be > 0, got %s", c.duration)
 	case c.recordBytes < headerBytes:
 		return fmt.Errorf("-record-bytes must be >= %d (the timestamp header), got %d", headerBytes, c.recordBytes)
+	case c.body != "json" && c.body != "binary":
+		return fmt.Errorf("-body must be json or binary, got %q", c.body)
 	case c.recordsPerRequest < 1:
 		return fmt.Errorf("-records-per-request must be >= 1, got %d", c.recordsPerRequest)
 	case c.partitionsPerRequest < 1:
@@ -910,6 +917,43 @@ func (h *hammer) produceBody(plan []batchPlan, now time.Time) []byte {
 	return append(buf, "]}"...)
 }
 
+const binaryContentType = "application/vnd.llog.produce.v1"
+
+// produceBodyBinary is produceBody's records in the binary layout
+// (server/_broker/binary.py): "LLP1", version 1, flags 0, batch count, then
+// per batch a u16-prefixed topic, a u32 partition and a bytes-batch-v1 batch
+// (magic "LLB1", version 1, flags 0, record count, records length, CRC-32 of
+// the records, then each record as a u32 length and its bytes); big-endian.
+func (h *hammer) produceBodyBinary(plan []batchPlan, now time.Time) []byte {
+	recLen := headerBytes + len(h.filler)
+	buf := make([]byte, 0, h.cfg.recordsPerRequest*(recLen+4)+len(plan)*(32+len(plan[0].p.topic))+12)
+	header := appendTimestamp(make([]byte, 0, headerBytes), now)
+	buf = append(buf, "LLP1"...)
+	buf = binary.BigEndian.AppendUint16(buf, 1)
+	buf = binary.BigEndian.AppendUint16(buf, 0)
+	buf = binary.BigEndian.AppendUint32(buf, uint32(len(plan)))
+	for _, bp := range plan {
+		buf = binary.BigEndian.AppendUint16(buf, uint16(len(bp.p.topic)))
+		buf = append(buf, bp.p.topic...)
+		buf = binary.BigEndian.AppendUint32(buf, uint32(bp.p.num))
+		at := len(buf)
+		buf = append(buf, "LLB1"...)
+		buf = binary.BigEndian.AppendUint16(buf, 1)
+		buf = binary.BigEndian.AppendUint16(buf, 0)
+		buf = binary.BigEndian.AppendUint32(buf, uint32(bp.n))
+		buf = append(buf, make([]byte, 8)...) // records length and CRC, filled in below
+		start := len(buf)
+		for range bp.n {
+			buf = binary.BigEndian.AppendUint32(buf, uint32(recLen))
+			buf = append(buf, header...)
+			buf = append(buf, h.filler...)
+		}
+		binary.BigEndian.PutUint32(buf[at+12:], uint32(len(buf)-start))
+		binary.BigEndian.PutUint32(buf[at+16:], crc32.ChecksumIEEE(buf[start:]))
+	}
+	return buf
+}
+
 type produceResult struct {
 	Ok          bool   `json:"ok"`
 	StartOffset *int64 `json:"start_offset"`
@@ -938,12 +982,17 @@ func (h *hammer) produceOnce(scheduled time.Time, open bool) bool {
 	}
 	plan := h.plan(lead, b)
 	now := time.Now()
-	body := h.produceBody(plan, now)
+	body, ctype := []byte(nil), "application/json"
+	if h.cfg.body == "binary" {
+		body, ctype = h.produceBodyBinary(plan, now), binaryContentType
+	} else {
+		body = h.produceBody(plan, now)
+	}
 	o.sent, o.records, o.bytes = true, int64(h.cfg.recordsPerRequest), int64(h.cfg.recordsPerRequest*h.cfg.recordBytes)
 	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.timeout)
 	defer cancel()
 	b.inflight.Add(1)
-	status, doc, reason, err := h.post(ctx, b.produceURL, body)
+	status, doc, reason, err := h.post(ctx, b.produceURL, body, ctype)
 	b.inflight.Add(-1)
 	o.latency = time.Since(now)
 	h.classifyProduce(o, plan, b, status, doc, reason, err)
@@ -951,14 +1000,14 @@ func (h *hammer) produceOnce(scheduled time.Time, open bool) bool {
 	return true
 }
 
-// post sends a JSON body and reads the whole answer. Without an answer,
+// post sends a body (JSON, or the binary produce body) and reads the whole answer. Without an answer,
 // reason is connect (nothing was sent), timeout or disconnect (sent, no answer).
-func (h *hammer) post(ctx context.Context, url string, body []byte) (status int, doc []byte, reason string, err error) {
+func (h *hammer) post(ctx context.Context, url string, body []byte, contentType string) (status int, doc []byte, reason string, err error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return 0, nil, "connect", err
 	}
-	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Content-Type", contentType)
 	resp, err := h.client.Do(req)
 	if err != nil {
 		return 0, nil, transportReason(err), err
@@ -1249,7 +1298,7 @@ func (h *hammer) consumeOnce(ctx context.Context, b *broker, probe bool, fs []*f
 	defer cancel()
 	start := time.Now()
 	b.inflight.Add(1)
-	status, doc, reason, err := h.post(reqCtx, b.consumeURL, buf)
+	status, doc, reason, err := h.post(reqCtx, b.consumeURL, buf, "application/json")
 	b.inflight.Add(-1)
 	if err != nil && ctx.Err() != nil {
 		return // the run ended under a waiting consume: not an error

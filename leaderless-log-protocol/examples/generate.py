@@ -49,6 +49,7 @@ from server._protocol.codec import (  # noqa: E402
     encode_batch,
     encode_shared_blob,
 )
+from server._broker.binary import encode_binary_produce, parse_binary_produce  # noqa: E402
 from server._protocol.keys import LogLayout  # noqa: E402
 from server._protocol.records import (  # noqa: E402
     ENTRY_COMPACTED,
@@ -248,7 +249,38 @@ def build_files() -> dict[str, bytes]:
         files[f"{OXIA_DIR}/{name}"] = raw
         keys_doc[name] = {"key": key, "partition_key": f"{TOPIC}:0", "ephemeral": ephemeral}
     files[f"{OXIA_DIR}/keys.json"] = _pretty(keys_doc)
+    body = encode_binary_produce(PRODUCE_GROUPS)
+    files[PRODUCE_FILE] = body
+    files["produce-body-2-batches.json"] = _pretty(_produce_description(body))
     return files
+
+
+# The broker's binary /produce body (server/_broker/binary.py): not stored,
+# but pinned the same way, since clients in other languages build it.
+PRODUCE_FILE = "produce-body-2-batches.bin"
+PRODUCE_GROUPS: tuple[tuple[str, int, tuple[bytes, ...]], ...] = (
+    (TOPIC, 0, BATCH_PAYLOADS),
+    (TOPIC, 7, (b"c",)),
+)
+
+
+def _produce_description(body: bytes) -> dict[str, Any]:
+    request = parse_binary_produce(body, max_records=100)
+    return {
+        "file": PRODUCE_FILE,
+        "content_type": "application/vnd.llog.produce.v1",
+        "total_length": len(body),
+        "header": {"magic": "LLP1", "version": 1, "flags": 0, "batch_count": len(request.groups)},
+        "batches": [
+            {
+                "topic": g.topic,
+                "partition": g.partition,
+                "record_count": len(g.payloads),
+                "payloads_base64": [base64.b64encode(p).decode("ascii") for p in g.payloads],
+            }
+            for g in request.groups
+        ],
+    }
 
 
 # --- SPEC.md blocks -------------------------------------------------------

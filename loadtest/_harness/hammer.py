@@ -72,6 +72,8 @@ class HammerConfig:
     record_bytes: int = 1024
     records_per_request: int = 100
     partitions_per_request: int = 1
+    body: str = "json"
+    """Produce body: ``json`` or ``binary`` (``application/vnd.llog.produce.v1``)."""
     topic: str | None = None
     """Only the manifest's partitions of this topic (None: all)."""
     selection: str | None = None
@@ -100,6 +102,7 @@ class HammerConfig:
         need(self.record_bytes >= HEADER_BYTES, f"record_bytes must be >= {HEADER_BYTES}, got {self.record_bytes}")
         need(self.records_per_request >= 1 and self.partitions_per_request >= 1,
              "records_per_request and partitions_per_request must be >= 1")
+        need(self.body in ("json", "binary"), f"body must be json or binary, got {self.body!r}")
         need(self.selection in (None, "round_robin", "least_inflight"),
              f"selection must be round_robin or least_inflight, got {self.selection!r}")
         need(self.consumers >= 0 and self.max_wait_ms >= 0, "consumers and max_wait_ms must be >= 0")
@@ -122,6 +125,7 @@ class HammerConfig:
             "-record-bytes", str(self.record_bytes),
             "-records-per-request", str(self.records_per_request),
             "-partitions-per-request", str(self.partitions_per_request),
+            "-body", self.body,
             "-consumers", str(self.consumers),
             "-consume-from", self.consume_from,
             "-max-wait-ms", str(self.max_wait_ms),

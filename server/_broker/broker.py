@@ -58,19 +58,19 @@ from .codec import (
     consumed_partition_json,
     parse_consume,
     parse_json_body,
-    parse_produce,
 )
+from .binary import parse_produce_body
 from .config import BrokerConfig
 from .consume import BrokerConsumeService
-from .tail_cache import MemoryTailCache, NullTailCache, TailCache
-from .tail_cache_file import FileTailCache, namespace_key
+from .tail_cache import TailCache
+from .tail_cache_file import make_tail_cache
 
 __all__ = ["Broker", "make_tail_cache"]
 
 log = logging.getLogger(__name__)
 
 
-_Route = Callable[["Broker", bytes], Response]
+_Route = Callable[..., Response]
 _INDEX = re.compile(r"\[\d+\]")
 
 
@@ -81,9 +81,9 @@ def _answers_errors(route: _Route) -> _Route:
     handler answers it 500)."""
 
     @functools.wraps(route)
-    def answer(self: Broker, body: bytes) -> Response:
+    def answer(self: Broker, body: bytes, *args: Any) -> Response:
         try:
-            return route(self, body)
+            return route(self, body, *args)
         except TooLarge as exc:
             self.metrics.inc("http_validation_failures_total", path=f"/{route.__name__}", field=_field_label(exc.field))
             return error_response(413, exc.message, "RequestTooLarge", exc.field)
@@ -312,11 +312,12 @@ class Broker:
             self.metrics.set_gauge("http_inflight_requests", self._inflight)
 
     @_answers_errors
-    def produce(self, body: bytes) -> Response:
+    def produce(self, body: bytes, content_type: str | None = None) -> Response:
+        """A JSON body, or the binary one by its ``Content-Type`` (``binary.py``)."""
         if self.producer is None:
             return self._role_refused("POST /produce", "write")
         started = time.monotonic()
-        request = parse_produce(parse_json_body(body), max_records=self.config.max_records_per_request)
+        request = parse_produce_body(body, content_type, max_records=self.config.max_records_per_request)
         cap = self.producer.config.max_buffer_bytes
         if request.payload_bytes > cap:
             raise TooLarge(
@@ -403,7 +404,7 @@ class Broker:
         # client was given its offsets (the load-test reconciliation relies on it).
         acked = [(r, g) for r, g in zip(results, groups) if r.error is None]
         self.metrics.inc("produce_records_total", sum(r.count for r, _ in acked))
-        self.metrics.inc("produce_payload_bytes_total", sum(len(p) for _, g in acked for p in g.payloads))
+        self.metrics.inc("produce_payload_bytes_total", sum(g.payload_bytes for _, g in acked))
         body: dict[str, Any] = {
             "results": [append_result_json(r) for r in results],
             "success_count": len(results) - len(failed),
@@ -478,23 +479,3 @@ def _check_parts(
 def _new_request_id() -> str:
     """A short id that ties a request's debug lines to the flush it joined."""
     return uuid.uuid4().hex[:12]
-
-
-def make_tail_cache(config: BrokerConfig, oxia: OxiaConfig, metrics: LlogMetrics) -> TailCache:
-    """The tail cache ``config`` asks for: off, file-backed in a shared
-    directory (namespaced by the Oxia service, namespace and root prefix), or
-    in memory when this process both fills and reads it."""
-    if not config.tail_cache_enabled:
-        return NullTailCache()
-    if config.tail_cache_dir:
-        return FileTailCache(
-            config.tail_cache_dir,
-            namespace_key(oxia.service_address, oxia.namespace, oxia.root_prefix),
-            config.tail_cache_max_bytes,
-            metrics=metrics,
-            writer=config.serves_produce,
-            poll_ms=config.tail_cache_poll_ms,
-        )
-    if config.role == "both":
-        return MemoryTailCache(config.tail_cache_max_bytes, metrics=metrics)
-    return NullTailCache()  # nothing in this process would read or fill it

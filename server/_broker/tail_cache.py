@@ -43,6 +43,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Iterable, NamedTuple, Protocol, Sequence
 
+from .._protocol.codec import EncodedRecords
 from .._protocol.keys import TopicPartition
 from .._metrics import LlogMetrics
 
@@ -268,7 +269,7 @@ class _Segment:
     start: int
     end: int
     nbytes: int
-    payloads: tuple[bytes, ...] = ()
+    payloads: Sequence[bytes] = ()
     dropped: bool = False
 
 
@@ -328,7 +329,11 @@ class MemoryTailCache:
         return self._bytes
 
     def publish(self, tp: TopicPartition, start_offset: int, payloads: Sequence[bytes]) -> None:
-        payloads = tuple(payloads)
+        # EncodedRecords (a binary produce body) are kept as they are: slicing
+        # every record out here would cost the flusher thread, which runs
+        # this, what the binary body saved; lookups slice what they return.
+        if not isinstance(payloads, EncodedRecords):
+            payloads = tuple(payloads)
         if payloads:
             with self._lock:
                 self._insert(tp, start_offset, payloads)
@@ -337,14 +342,15 @@ class MemoryTailCache:
             self._metrics.inc("tail_cache_published_records_total", len(payloads))
         self.signals.notify(tp)
 
-    def _insert(self, tp: TopicPartition, start: int, payloads: tuple[bytes, ...]) -> None:
+    def _insert(self, tp: TopicPartition, start: int, payloads: Sequence[bytes]) -> None:
         end = start + len(payloads) - 1
         run = self._runs.get(tp)
         action, keep_start, keep_end = place_slice(run, start, end)
         if action == "ignore":
             return
-        kept = payloads[keep_start - start:]
-        seg = _Segment(keep_start, keep_end, sum(len(p) for p in kept), kept)
+        kept = payloads[keep_start - start:] if keep_start > start else payloads
+        nbytes = kept.payload_bytes if isinstance(kept, EncodedRecords) else sum(len(p) for p in kept)
+        seg = _Segment(keep_start, keep_end, nbytes, kept)
         if action == "reset" or run is None:
             if run is not None:
                 self._drop(run, len(run.segments))

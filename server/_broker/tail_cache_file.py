@@ -42,21 +42,26 @@ from pathlib import Path
 from typing import Iterable, NamedTuple, Sequence
 
 from .._errors import CorruptBatch
-from .._protocol.codec import decode_batch, encode_batch
+from .._protocol.codec import EncodedRecords, decode_batch, encode_batch
 from .._protocol.keys import TopicPartition
 from .._metrics import LlogMetrics
+from .._config import OxiaConfig
+from .config import BrokerConfig
 from .tail_cache import (
     HIT,
     MISS,
     CacheLookup,
     CacheRun,
+    MemoryTailCache,
+    NullTailCache,
+    TailCache,
     TailSignals,
     answer_without_records,
     place_slice,
     take_records,
 )
 
-__all__ = ["FileTailCache", "namespace_key"]
+__all__ = ["FileTailCache", "namespace_key", "make_tail_cache"]
 
 log = logging.getLogger(__name__)
 
@@ -180,7 +185,8 @@ class FileTailCache:
         if self._publisher is None or not payloads:
             self.signals.notify(tp)
             return
-        self._queue.put((tp, start_offset, tuple(payloads)))
+        # EncodedRecords stay encoded: encode_batch splices them on the publisher thread.
+        self._queue.put((tp, start_offset, payloads if isinstance(payloads, EncodedRecords) else tuple(payloads)))
 
     def flush(self, timeout_s: float = 10.0) -> None:
         """Wait until everything published so far is on disk."""
@@ -210,7 +216,7 @@ class FileTailCache:
         pdir.mkdir(parents=True, exist_ok=True)
         return _FileLock(pdir / ".lock")
 
-    def _publish_now(self, tp: TopicPartition, start: int, payloads: tuple[bytes, ...]) -> None:
+    def _publish_now(self, tp: TopicPartition, start: int, payloads: Sequence[bytes]) -> None:
         end = start + len(payloads) - 1
         pdir = self._pdir(tp)
         with self._locked(pdir):
@@ -223,7 +229,7 @@ class FileTailCache:
             dropped = [] if state is None or action != "reset" else list(state.segments)
             base = keep_start if action == "reset" or state is None else state.base
             hw = keep_end if state is None or action == "reset" else max(state.hw, keep_end)
-            data = encode_batch(payloads[keep_start - start:])
+            data = encode_batch(payloads[keep_start - start:] if keep_start > start else payloads)
             if len(data) > self.max_bytes:
                 if action != "prepend":  # too big: only move the high watermark
                     dropped += segs
@@ -380,3 +386,23 @@ class _FileLock:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
         finally:
             os.close(self._fd)
+
+
+def make_tail_cache(config: BrokerConfig, oxia: OxiaConfig, metrics: LlogMetrics) -> TailCache:
+    """The tail cache ``config`` asks for: off, file-backed in a shared
+    directory (namespaced by the Oxia service, namespace and root prefix), or
+    in memory when this process both fills and reads it."""
+    if not config.tail_cache_enabled:
+        return NullTailCache()
+    if config.tail_cache_dir:
+        return FileTailCache(
+            config.tail_cache_dir,
+            namespace_key(oxia.service_address, oxia.namespace, oxia.root_prefix),
+            config.tail_cache_max_bytes,
+            metrics=metrics,
+            writer=config.serves_produce,
+            poll_ms=config.tail_cache_poll_ms,
+        )
+    if config.role == "both":
+        return MemoryTailCache(config.tail_cache_max_bytes, metrics=metrics)
+    return NullTailCache()  # nothing in this process would read or fill it

@@ -39,6 +39,7 @@ from typing import Mapping, Sequence
 
 from .._config import BatchConfig
 from .._errors import BackPressureRejected, InvalidRequest, LlogError, OutcomeUnknown, ProducerClosed
+from .._protocol.codec import join_payloads
 from .._protocol.keys import TopicPartition
 from .._protocol.structs import AppendResult, SharedAppendGroup, validate_groups
 from .._metrics import LlogMetrics
@@ -292,14 +293,18 @@ class BatchingProducer:
         for sub in batch:
             self.metrics.observe("batcher_queue_wait_seconds", started - sub.enqueued_at)
         # One aggregated group per partition, payloads in submission order.
+        # Payloads sent encoded (EncodedRecords) stay encoded: join_payloads
+        # splices them without touching each record.
         slots: OrderedDict[TopicPartition, list[tuple[_Submission, int, int]]] = OrderedDict()
-        payloads: dict[TopicPartition, list[bytes]] = {}
+        parts: dict[TopicPartition, list[Sequence[bytes]]] = {}
+        counts: dict[TopicPartition, int] = {}
         for sub in batch:
             for i, g in enumerate(sub.groups):
                 tp = g.tp
-                acc = payloads.setdefault(tp, [])
-                slots.setdefault(tp, []).append((sub, i, len(acc)))
-                acc.extend(g.payloads)
+                slots.setdefault(tp, []).append((sub, i, counts.get(tp, 0)))
+                parts.setdefault(tp, []).append(g.payloads)
+                counts[tp] = counts.get(tp, 0) + len(g.payloads)
+        payloads = {tp: join_payloads(seqs) for tp, seqs in parts.items()}
 
         init_errors: dict[TopicPartition, LlogError] = {}
         if self.auto_initialize:

@@ -41,11 +41,13 @@ settles in a couple of rounds).
 from __future__ import annotations
 
 import array
+import bisect
+import itertools
 import json
 import struct
 import zlib
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Iterator, Sequence, overload
 
 from .._errors import CorruptBatch, InvalidRequest
 
@@ -58,6 +60,8 @@ __all__ = [
     "decode_batch",
     "BatchBounds",
     "decode_batch_bounds",
+    "EncodedRecords",
+    "join_payloads",
     "batch_encoded_size",
     "SharedBlobPart",
     "SharedBlobHeader",
@@ -84,7 +88,17 @@ def batch_encoded_size(payloads: Sequence[bytes]) -> int:
 
 
 def encode_batch(payloads: Sequence[bytes]) -> bytes:
-    """Encode payloads as one bytes-batch-v1 batch."""
+    """Encode payloads as one bytes-batch-v1 batch.
+
+    :class:`EncodedRecords` are spliced: their verified records sections are
+    joined as they are and checksummed once, with no per-record work."""
+    if isinstance(payloads, EncodedRecords):
+        records = payloads.records_section()
+        if len(payloads) > _U32_MAX or len(records) > _U32_MAX:
+            raise InvalidRequest(f"a batch holds at most {_U32_MAX} records and {_U32_MAX} record bytes")
+        return _BATCH_HEADER.pack(
+            BATCH_MAGIC, BATCH_VERSION, 0, len(payloads), len(records), zlib.crc32(records)
+        ) + records
     if len(payloads) > _U32_MAX:
         raise InvalidRequest(f"a batch holds at most {_U32_MAX} records")
     pack = _U32.pack
@@ -197,6 +211,67 @@ def decode_batch_bounds(data: bytes | memoryview, expected_count: int | None = N
     if pos != end:
         raise CorruptBatch(f"{end - pos} trailing bytes after {count} records")
     return BatchBounds(records, starts)
+
+
+class EncodedRecords(Sequence[bytes]):
+    """Payloads held as verified bytes-batch-v1 records sections, not as a list.
+
+    What a client sends already encoded (the broker's binary produce body)
+    stays in that form down to the WAL blob: :func:`encode_batch` joins the
+    sections as they are. Indexing and iteration slice a payload out on
+    demand (the tail cache and the tests do; the write path does not)."""
+
+    __slots__ = ("parts", "_ends", "payload_bytes")
+
+    def __init__(self, parts: Sequence[BatchBounds]) -> None:
+        self.parts = tuple(parts)
+        ends, n = [], 0
+        for part in self.parts:
+            n += part.count
+            ends.append(n)
+        self._ends = ends
+        self.payload_bytes = sum(len(p.records) - 4 * p.count for p in self.parts)
+        """Bytes of payload, length prefixes left out."""
+
+    def __len__(self) -> int:
+        return self._ends[-1] if self._ends else 0
+
+    @overload
+    def __getitem__(self, i: int) -> bytes: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[bytes]: ...
+    def __getitem__(self, i: int | slice) -> bytes | list[bytes]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError("record index out of range")
+        k = bisect.bisect_right(self._ends, i)
+        return self.parts[k].payload(i - (self._ends[k - 1] if k else 0))
+
+    def __iter__(self) -> Iterator[bytes]:
+        for part in self.parts:
+            raw, starts = part.records.tobytes(), part.starts  # one copy, then bytes slices
+            yield from [raw[a + 4:b] for a, b in zip(starts, itertools.islice(starts, 1, None))]
+
+    def __repr__(self) -> str:
+        return f"EncodedRecords({len(self)} records, {self.payload_bytes} payload bytes)"
+
+    def records_section(self) -> bytes:
+        """The records sections joined: a bytes-batch-v1 records section of all of them."""
+        return b"".join(p.records for p in self.parts)
+
+
+def join_payloads(seqs: Sequence[Sequence[bytes]]) -> Sequence[bytes]:
+    """Several payload sequences as one, in order: :class:`EncodedRecords`
+    when every one is (no per-record work), else a list."""
+    if seqs and all(isinstance(s, EncodedRecords) for s in seqs):
+        return EncodedRecords([p for s in seqs for p in s.parts])  # type: ignore[attr-defined]
+    out: list[bytes] = []
+    for s in seqs:
+        out.extend(s)
+    return out
 
 
 @dataclass(frozen=True)

@@ -6,14 +6,20 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from .._errors import InvalidRequest, LlogError
+from .codec import EncodedRecords
 from .keys import TopicPartition, validate_partition, validate_topic
 
 __all__ = ["SharedAppendGroup", "AppendResult", "ReadRecord", "normalize_payloads", "validate_groups"]
 
 
-def normalize_payloads(payloads: object, topic: str, partition: int) -> tuple[bytes, ...]:
+def normalize_payloads(payloads: object, topic: str, partition: int) -> Sequence[bytes]:
     """Payloads as a tuple of bytes; str is UTF-8 encoded. Raises InvalidRequest
-    for an empty list or an element that is not bytes-like or str."""
+    for an empty list or an element that is not bytes-like or str.
+    :class:`EncodedRecords` (verified bytes already) are kept as they are."""
+    if isinstance(payloads, EncodedRecords):
+        if len(payloads) == 0:
+            raise InvalidRequest("payloads must not be empty", topic=topic, partition=partition)
+        return payloads
     if isinstance(payloads, (bytes, bytearray, memoryview, str)) or not isinstance(payloads, Sequence):
         raise InvalidRequest(
             "payloads must be a list of bytes or str records", topic=topic, partition=partition
@@ -60,6 +66,8 @@ class SharedAppendGroup:
 
     @property
     def payload_bytes(self) -> int:
+        if isinstance(self.payloads, EncodedRecords):
+            return self.payloads.payload_bytes
         return sum(len(p) for p in self.payloads)
 
 

@@ -13,6 +13,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from devstack import die_with_parent_argv
 from loadtest._harness.hammer import HammerConfig, ensure_hammer, run_hammer
 from server.leaderless_log_reader import LeaderlessLogReader
@@ -88,14 +90,15 @@ def _check_read_back(reader: LeaderlessLogReader, acked: dict[str, list[list[int
     return total
 
 
+@pytest.mark.parametrize("body", ["json", "binary"])
 def test_closed_loop_acked_ranges_read_back(
-    broker_factory: BrokerFactory, reader: LeaderlessLogReader, tmp_path: Path
+    broker_factory: BrokerFactory, reader: LeaderlessLogReader, tmp_path: Path, body: str
 ) -> None:
     ensure_hammer()  # built before the brokers start, so its time does not count against the run
     brokers = [broker_factory(), broker_factory()]
     manifest = _write_manifest(tmp_path / "routing-manifest.json", brokers, partitions=4, owners=2)
     config = HammerConfig(mode="closed", concurrency=4, duration_s=4, window_s=1, record_bytes=200,
-                          records_per_request=20, partitions_per_request=2, consumers=1, max_wait_ms=200)
+                          records_per_request=20, partitions_per_request=2, consumers=1, max_wait_ms=200, body=body)
     run = _run(config, tmp_path / "routing-manifest.json", tmp_path / "out")
     summary = run["summary"]
 

@@ -284,3 +284,23 @@ def test_readers_never_see_a_torn_entry_while_a_writer_publishes(shared) -> None
     assert [o for o, _ in reader.lookup(TP, 1, BIG, None).records][-1] == 150
     assert not list((writer._dir / "orders" / "0").glob(".tmp-*"))
     assert os.path.exists(writer._dir / "orders" / "0" / "state")
+
+
+@pytest.mark.parametrize("kind", ["memory", "file"])
+def test_encoded_records_are_held_as_they_came(kind: str, memory, shared) -> None:
+    """A binary produce's EncodedRecords go in without a per-record copy
+    (memory: kept as they are; file: spliced into its batch) and come out
+    byte for byte, overlapping a run already held included."""
+    from server._broker.binary import encode_binary_produce, parse_binary_produce
+    from server._protocol.codec import join_payloads
+
+    cache, look = (memory, memory) if kind == "memory" else shared
+    payloads = recs(6)
+    body = encode_binary_produce([("orders", 0, payloads[:4]), ("orders", 0, payloads[4:])])
+    first, second = (g.payloads for g in parse_binary_produce(body, max_records=10).groups)
+    publish(cache, TP, 1, first)
+    publish(cache, TP, 1, join_payloads([first, second]))  # overlaps 1-4, adds 5-6
+    hit = look.lookup(TP, 1, BIG, None)
+    assert hit.kind == HIT and [p for _, p in hit.records] == payloads
+    if kind == "memory":
+        assert memory.bytes_held == sum(len(p) for p in payloads)

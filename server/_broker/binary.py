@@ -1,0 +1,166 @@
+"""The binary ``/produce`` body (``application/vnd.llog.produce.v1``): layout, parser, encoder.
+
+A client that sends this instead of JSON hands the broker each partition's
+records already as a ``bytes-batch-v1`` batch (``server/_protocol/codec.py``),
+so the broker checks it (header, length, CRC-32, the length prefixes) and
+splices it into the shared WAL blob as it is: no JSON, no base64, no per-record
+object. The answer is the same JSON as for a JSON body.
+
+Layout (all integers unsigned big-endian)::
+
+    offset  size  field
+    0       4     magic         b"LLP1"
+    4       2     version       1
+    6       2     flags         0 (reserved; other values are refused)
+    8       4     batch_count   B >= 1
+    12      ...   B batches, back to back, each:
+                    2     topic_length  T (1..249, MAX_TOPIC_LENGTH)
+                    T     topic         UTF-8, a valid topic name
+                    4     partition     0 .. 2**31-1
+                    20+L  batch         one bytes-batch-v1 batch: its 20-byte
+                                        header gives record_count N >= 1 and
+                                        records_length L; CRC-32 over the records
+
+The body ends right after the last batch (trailing bytes are refused). A
+batch's records section is ``N x (u32 length, payload)``, exactly what the
+broker stores, which is why the client builds it. Batches map 1:1, in order,
+to the answer's ``results`` (as ``topic_partitions`` items do in JSON); a
+topic-partition may appear more than once.
+
+Every malformed body is an :class:`~server._broker.codec.InvalidField` (HTTP
+400) naming the field (``batches[2].partition``, ``header.magic``) and the
+byte offset where it lies; the broker's record limit
+(``LLOG_BROKER_MAX_RECORDS_PER_REQUEST``) is :class:`TooLarge` (HTTP 413), as
+for JSON.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Sequence
+
+from .._errors import CorruptBatch, InvalidRequest
+from .._protocol.codec import BATCH_HEADER_SIZE, EncodedRecords, decode_batch_bounds, encode_batch
+from .._protocol.keys import MAX_TOPIC_LENGTH, validate_topic
+from .._protocol.structs import SharedAppendGroup
+from .codec import MAX_INT32, InvalidField, ProduceRequest, TooLarge, parse_json_body, parse_produce
+
+__all__ = [
+    "PRODUCE_BINARY_CONTENT_TYPE",
+    "PRODUCE_MAGIC",
+    "encode_binary_produce",
+    "parse_binary_produce",
+    "parse_produce_body",
+]
+
+PRODUCE_BINARY_CONTENT_TYPE = "application/vnd.llog.produce.v1"
+PRODUCE_MAGIC = b"LLP1"
+PRODUCE_VERSION = 1
+_HEADER = struct.Struct(">4sHHI")
+_U16 = struct.Struct(">H")
+_U32 = struct.Struct(">I")
+_BATCH_LENGTH = struct.Struct(">I")  # records_length, at offset 12 of a batch header
+
+
+def encode_binary_produce(groups: Sequence[tuple[str, int, Sequence[bytes]]]) -> bytes:
+    """A binary produce body of ``(topic, partition, payloads)`` groups, in order."""
+    out = [_HEADER.pack(PRODUCE_MAGIC, PRODUCE_VERSION, 0, len(groups))]
+    for topic, partition, payloads in groups:
+        name = topic.encode("utf-8")
+        out += [_U16.pack(len(name)), name, _U32.pack(partition), encode_batch(payloads)]
+    return b"".join(out)
+
+
+def _need(view: memoryview, pos: int, size: int, field: str) -> None:
+    if pos + size > len(view):
+        raise InvalidField(
+            f"{field}: the body ends at byte {len(view)}, inside this field ({size} bytes at offset {pos})", field
+        )
+
+
+def parse_binary_produce(body: bytes, *, max_records: int) -> ProduceRequest:
+    """A validated binary produce body (layout in the module docstring)."""
+    view = memoryview(body)
+    _need(view, 0, _HEADER.size, "header")
+    magic, version, flags, count = _HEADER.unpack_from(view, 0)
+    if magic != PRODUCE_MAGIC:
+        raise InvalidField(f"header.magic is {bytes(magic)!r} at offset 0, expected {PRODUCE_MAGIC!r}", "header.magic")
+    if version != PRODUCE_VERSION:
+        raise InvalidField(f"header.version {version} at offset 4 is not supported (only 1)", "header.version")
+    if flags != 0:
+        raise InvalidField(f"header.flags must be 0, got {flags} at offset 6", "header.flags")
+    if count == 0:
+        raise InvalidField("header.batch_count must be at least 1, got 0 at offset 8", "header.batch_count")
+    pos = _HEADER.size
+    groups: list[SharedAppendGroup] = []
+    total = nbytes = 0
+    for i in range(count):
+        where = f"batches[{i}]"
+        group, pos = _parse_batch(view, pos, where)
+        total += len(group.payloads)
+        if total > max_records:
+            raise TooLarge(
+                f"the request holds more than {max_records} records "
+                "(LLOG_BROKER_MAX_RECORDS_PER_REQUEST); split it",
+                "batches",
+            )
+        nbytes += group.payload_bytes
+        groups.append(group)
+    if pos != len(view):
+        raise InvalidField(
+            f"{len(view) - pos} trailing bytes at offset {pos} after the {count} batches header.batch_count "
+            "announced", "batches",
+        )
+    return ProduceRequest(tuple(groups), total, nbytes)
+
+
+def _parse_batch(view: memoryview, pos: int, where: str) -> tuple[SharedAppendGroup, int]:
+    """One batch of the body starting at ``pos``: its group and where the next begins."""
+    _need(view, pos, 2, f"{where}.topic_length")
+    (tlen,) = _U16.unpack_from(view, pos)
+    if not 1 <= tlen <= MAX_TOPIC_LENGTH:
+        raise InvalidField(
+            f"{where}.topic_length must be 1..{MAX_TOPIC_LENGTH}, got {tlen} at offset {pos}", f"{where}.topic_length"
+        )
+    pos += 2
+    _need(view, pos, tlen, f"{where}.topic")
+    try:
+        topic = validate_topic(bytes(view[pos:pos + tlen]).decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise InvalidField(f"{where}.topic at offset {pos} is not UTF-8: {exc.reason}", f"{where}.topic") from None
+    except InvalidRequest as exc:
+        raise InvalidField(f"{where}.topic at offset {pos}: {exc.message}", f"{where}.topic") from None
+    pos += tlen
+    _need(view, pos, 4, f"{where}.partition")
+    (partition,) = _U32.unpack_from(view, pos)
+    if partition > MAX_INT32:
+        raise InvalidField(
+            f"{where}.partition must be between 0 and {MAX_INT32}, got {partition} at offset {pos}",
+            f"{where}.partition",
+        )
+    pos += 4
+    field = f"{where}.batch"
+    _need(view, pos, BATCH_HEADER_SIZE, f"{field} header")
+    (length,) = _BATCH_LENGTH.unpack_from(view, pos + 12)
+    end = pos + BATCH_HEADER_SIZE + length
+    if end > len(view):
+        raise InvalidField(
+            f"{field} at offset {pos}: records_length {length} runs past the body's end at byte {len(view)}", field
+        )
+    try:
+        bounds = decode_batch_bounds(view[pos:end])
+    except CorruptBatch as exc:
+        raise InvalidField(f"{field} at offset {pos}: {exc.message}", field) from None
+    if bounds.count == 0:
+        raise InvalidField(f"{field} at offset {pos} holds no records; send at least one", field)
+    return SharedAppendGroup(topic, partition, EncodedRecords([bounds])), end
+
+
+def parse_produce_body(body: bytes, content_type: str | None, *, max_records: int) -> ProduceRequest:
+    """A /produce body by its ``Content-Type``: the binary layout for
+    ``application/vnd.llog.produce.v1``, JSON for anything else (the JSON
+    contract never required the header)."""
+    media = (content_type or "").split(";", 1)[0].strip().lower()
+    if media == PRODUCE_BINARY_CONTENT_TYPE:
+        return parse_binary_produce(body, max_records=max_records)
+    return parse_produce(parse_json_body(body), max_records=max_records)
