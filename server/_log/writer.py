@@ -1,8 +1,7 @@
 """The write path: ``LeaderlessLogWriter``.
 
 ``append_shared(groups)`` writes every group into ONE shared WAL blob (one S3
-PUT, LLS1 layout), then commits each topic-partition independently and
-concurrently:
+PUT, LLS1 layout; ``staging.py``), then commits each partition concurrently:
 
 1. take ``meta/control`` (the writer's cached copy and version, or a fresh get);
 2. if it holds a ``pending`` append, make sure that append is in the index
@@ -19,12 +18,10 @@ append's step 4 replaces it: two Oxia writes per partition per flush and no
 read in steady state (the cached control version saves the get; ``own.py``
 holds what makes step 2 free). :meth:`close` clears what is left (SPEC 7.3 C5).
 
-The append is committed, durable and readable at step 4 (any later writer,
-fence or compactor materializes it), so it is acknowledged with its offsets
-once step 4 is known to have landed, even if step 5 fails. Every error a
-group reports is definite (nothing of it is in the log) except
-``OutcomeUnknown``: the reply to step 4 was lost and the store could not be
-read to decide.
+The append is committed at step 4 (any later writer, fence or compactor
+materializes it): acknowledged once step 4 is known to have landed, even if
+step 5 fails. Every error is definite except ``OutcomeUnknown`` (step 4's
+reply was lost and the store could not be read to decide).
 
 Index entries are only ever *created* by this module (never overwritten): a
 compaction may already have replaced the key with a COMPACTED entry, and
@@ -39,7 +36,6 @@ import time
 import uuid
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from enum import Enum
 from typing import Mapping, Sequence
 
@@ -55,7 +51,6 @@ from .._errors import (
     PartitionNotInitialized,
     VersionConflict,
 )
-from .._protocol.codec import BATCH_ENCODING, encode_batch, encode_shared_blob
 from .._protocol.keys import LogLayout, PartitionKeys, TopicPartition
 from .._protocol.records import (
     ENTRY_WAL,
@@ -63,7 +58,6 @@ from .._protocol.records import (
     LOG_STATE_OPEN,
     CompactionCursor,
     ControlRecord,
-    IndexEntry,
     PendingAppend,
 )
 from .._protocol.structs import AppendResult, SharedAppendGroup, validate_groups
@@ -75,6 +69,7 @@ from .._metrics import LlogMetrics
 from . import recovery
 from .index import covering_entry
 from .own import OwnPendings
+from .staging import StagedBlob, build_staged
 
 __all__ = ["LeaderlessLogWriter", "StagedBlob"]
 
@@ -91,18 +86,6 @@ class _Landed(Enum):
     YES = "yes"
     NO = "no"
     UNKNOWN = "unknown"
-
-
-@dataclass(frozen=True)
-class StagedBlob:
-    """A shared WAL blob in S3 whose groups are not committed yet
-    (:meth:`LeaderlessLogWriter.stage_shared`)."""
-
-    groups: tuple[SharedAppendGroup, ...]
-    templates: tuple[PendingAppend, ...]
-    """Each group's pending append, offsets still 0: the commit assigns them."""
-    failed: list[AppendResult] | None
-    """Set when the PUT failed: every group's result, with the error."""
 
 
 class LeaderlessLogWriter(Closeable):
@@ -250,20 +233,15 @@ class LeaderlessLogWriter(Closeable):
         return self.commit_staged(self.stage_shared(groups))
 
     def stage_shared(self, groups: Sequence[SharedAppendGroup]) -> StagedBlob:
-        """The first half of :meth:`append_shared_results`: encode the shared
-        blob and PUT it. Reserves nothing, so stages may run concurrently and
-        out of order (the ``BatchingProducer`` overlaps the PUT of one flush
-        with the commits of the one before); a staged blob never committed is
-        an orphan that vacuum removes. A failed PUT is carried in ``failed``."""
+        """The first half of :meth:`append_shared_results`: encode the shared blob
+        and PUT it (``staging.py``; a failed PUT is carried in ``failed``)."""
         if self._closed:
             raise InvalidRequest("writer is closed")
         groups = validate_groups(groups, "append_shared")
 
         created_at_ms = _now_ms()
-        bodies = [(g.topic, g.partition, len(g.payloads), encode_batch(g.payloads)) for g in groups]
-        blob, parts = encode_shared_blob(bodies, created_at_ms)
         object_key = self.layout.shared_wal_object(str(uuid.uuid4()))
-        wal_uri = f"s3://{self.bucket}/{object_key}"
+        blob, templates = build_staged(groups, f"s3://{self.bucket}/{object_key}", created_at_ms)
         try:
             self._objects.put(self.bucket, object_key, blob)
         except LlogError as exc:
@@ -274,16 +252,7 @@ class LeaderlessLogWriter(Closeable):
         self.metrics.inc("writer_blob_bytes_total", len(blob))
         self.metrics.observe("writer_blob_size_bytes", len(blob))
         self.metrics.observe("writer_blob_partitions", len(groups))
-
-        templates = [
-            PendingAppend(
-                append_id=str(uuid.uuid4()), start_offset=0, end_offset=0, msg_count=len(g.payloads),
-                entry_type=ENTRY_WAL, data_key=wal_uri, encoding=BATCH_ENCODING,
-                byte_offset=part.body_offset, byte_length=part.body_length, created_at_ms=created_at_ms,
-            )
-            for g, part in zip(groups, parts)
-        ]
-        return StagedBlob(tuple(groups), tuple(templates), None)
+        return StagedBlob(tuple(groups), templates, None)
 
     def commit_staged(self, staged: StagedBlob) -> list[AppendResult]:
         """The second half of :meth:`append_shared_results`: reserve offsets

@@ -1,0 +1,49 @@
+"""The first half of a shared append: the blob and its pending appends.
+
+A flush writes one shared WAL blob (``encode_shared_blob``: one
+``bytes-batch-v1`` body per partition group) and then commits each group.
+:func:`build_staged` encodes the blob and the groups' pending-append
+templates (offsets still 0: the commit assigns them); the writer PUTs the
+blob and returns a :class:`StagedBlob`, which reserves nothing, so stages may
+run concurrently and out of order while commits keep their order.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Sequence
+
+from .._protocol.codec import BATCH_ENCODING, encode_batch, encode_shared_blob
+from .._protocol.records import ENTRY_WAL, PendingAppend
+from .._protocol.structs import AppendResult, SharedAppendGroup
+
+__all__ = ["StagedBlob", "build_staged"]
+
+
+@dataclass(frozen=True)
+class StagedBlob:
+    """A shared WAL blob in S3 whose groups are not committed yet
+    (:meth:`LeaderlessLogWriter.stage_shared`)."""
+
+    groups: tuple[SharedAppendGroup, ...]
+    templates: tuple[PendingAppend, ...]
+    """Each group's pending append, offsets still 0: the commit assigns them."""
+    failed: list[AppendResult] | None
+    """Set when the PUT failed: every group's result, with the error."""
+
+
+def build_staged(groups: Sequence[SharedAppendGroup], wal_uri: str, created_at_ms: int
+                 ) -> tuple[bytes, tuple[PendingAppend, ...]]:
+    """The shared blob of ``groups`` and each group's pending-append template."""
+    bodies = [(g.topic, g.partition, len(g.payloads), encode_batch(g.payloads)) for g in groups]
+    blob, parts = encode_shared_blob(bodies, created_at_ms)
+    templates = tuple(
+        PendingAppend(
+            append_id=str(uuid.uuid4()), start_offset=0, end_offset=0, msg_count=len(g.payloads),
+            entry_type=ENTRY_WAL, data_key=wal_uri, encoding=BATCH_ENCODING,
+            byte_offset=part.body_offset, byte_length=part.body_length, created_at_ms=created_at_ms,
+        )
+        for g, part in zip(groups, parts)
+    )
+    return blob, templates
