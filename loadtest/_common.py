@@ -22,7 +22,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Callable, Iterable
 
-__all__ = ["Broker", "stack_env", "run_threads"]
+__all__ = ["Broker", "stack_env", "run_threads", "put_bandwidth"]
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -90,3 +90,37 @@ class Broker:
                 self.proc.kill()
                 self.proc.wait()
         self._log.close()
+
+
+def put_bandwidth(env: dict[str, str], seconds: float = 4.0, threads: int = 4, blob_mib: int = 8) -> float:
+    """The S3 server's own PUT bandwidth (MB/s): ``threads`` threads PUT
+    ``blob_mib`` MiB objects for ``seconds`` through the library's S3 adapter,
+    as a flush does; the objects are deleted afterwards. The yardstick for
+    broker ingest measured in the same sitting."""
+    from server._config import S3Config
+    from server._storage.objectstore import S3ObjectStore
+
+    config = S3Config.from_env(env)
+    store = S3ObjectStore(config)
+    body = os.urandom(blob_mib << 20)
+    prefix = f"{env.get('LLOG_ROOT_PREFIX', 'bench')}/put-bandwidth/{uuid.uuid4().hex[:8]}"
+    keys: list[str] = []
+    lock = threading.Lock()
+    deadline = time.monotonic() + seconds
+
+    def put(worker: int) -> None:
+        n = 0
+        while time.monotonic() < deadline:
+            key = f"{prefix}/{worker}-{n}"
+            store.put(config.bucket, key, body)
+            with lock:
+                keys.append(key)
+            n += 1
+
+    try:
+        elapsed = run_threads(put, range(threads), name="put-bandwidth")
+        return round(len(keys) * len(body) / elapsed / 1e6, 1)
+    finally:
+        for i in range(0, len(keys), 1000):
+            store.delete_many(config.bucket, keys[i:i + 1000])
+        store.close()
