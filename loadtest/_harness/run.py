@@ -82,7 +82,7 @@ def run_scenario(scenario: Scenario, options: RunOptions, say: Callable[[str], N
             from loadtest.quick_observability import QuickObservability
 
             observability = QuickObservability(run_dir, say=say)
-            observability.start(_stack_doc(run_dir))
+            observability.start(stack.doc)
         started_s = time.time()
         _drive_load(stack, scenario, options, faults, say)
         ended_s = time.time()
@@ -103,12 +103,6 @@ def run_scenario(scenario: Scenario, options: RunOptions, say: Callable[[str], N
     return RunOutcome(run_dir, summary, tuple(images), ok)
 
 
-def _stack_doc(run_dir: Path) -> dict[str, Any]:
-    import json
-
-    return json.loads((run_dir / "stack.json").read_text())
-
-
 def _drive_load(stack: RunStack, scenario: Scenario, options: RunOptions, faults: FaultInjector,
                 say: Callable[[str], None]) -> None:
     from loadtest._harness.hammer import hammer_config_for, run_hammer
@@ -116,7 +110,7 @@ def _drive_load(stack: RunStack, scenario: Scenario, options: RunOptions, faults
 
     run_dir = stack.run_dir
     interval = options.collector_interval_s or scenario.load.window_s
-    collector = MetricsCollector(_stack_doc(run_dir), run_dir / "metrics-30s.jsonl", interval_s=interval)
+    collector = MetricsCollector(stack.doc, run_dir / "metrics-30s.jsonl", interval_s=interval)
     stack.listeners.append(collector.track)  # a restarted process has a new pid
     collector.start()
     faults.start()

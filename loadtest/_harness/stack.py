@@ -92,6 +92,8 @@ class RunStack:
         )
         self.services: dict[str, Service] = {}
         self.llog_env: dict[str, str] = {}
+        self.doc: dict[str, Any] = {}
+        """What stack.json holds now (written by :meth:`write_stack_json`)."""
         self.listeners: list[Callable[[dict[str, Any]], None]] = []
         """Called with the new stack.json after every change (a restart: new pids)."""
 
@@ -161,6 +163,7 @@ class RunStack:
         }
         path = self.run_dir / "stack.json"
         write_json_atomic(path, doc)
+        self.doc = doc
         for listener in self.listeners:
             listener(doc)
         return path
