@@ -11,7 +11,8 @@ Layout (all integers unsigned big-endian)::
     offset  size  field
     0       4     magic         b"LLP1"
     4       2     version       1
-    6       2     flags         0 (reserved; other values are refused)
+    6       2     flags         bit 0: FLUSH (flush these batches now, as JSON's
+                                  ``"flush": true``); other bits are refused
     8       4     batch_count   B >= 1
     12      ...   B batches, back to back, each:
                     2     topic_length  T (1..249, MAX_TOPIC_LENGTH)
@@ -40,7 +41,7 @@ import struct
 from typing import Sequence
 
 from .._errors import CorruptBatch, InvalidRequest
-from .._protocol.codec import BATCH_HEADER_SIZE, EncodedRecords, decode_batch_bounds, encode_batch
+from .._protocol.codec import BATCH_HEADER_SIZE, EncodedRecords, batch_header, decode_batch_bounds, encode_batch
 from .._protocol.keys import MAX_TOPIC_LENGTH, validate_topic
 from .._protocol.structs import SharedAppendGroup
 from .codec import MAX_INT32, InvalidField, ProduceRequest, TooLarge, parse_json_body, parse_produce
@@ -48,6 +49,10 @@ from .codec import MAX_INT32, InvalidField, ProduceRequest, TooLarge, parse_json
 __all__ = [
     "PRODUCE_BINARY_CONTENT_TYPE",
     "PRODUCE_MAGIC",
+    "FLAG_FLUSH",
+    "BINARY_HEADER_SIZE",
+    "binary_produce_header",
+    "binary_batch_prefix",
     "encode_binary_produce",
     "parse_binary_produce",
     "parse_produce_body",
@@ -56,15 +61,30 @@ __all__ = [
 PRODUCE_BINARY_CONTENT_TYPE = "application/vnd.llog.produce.v1"
 PRODUCE_MAGIC = b"LLP1"
 PRODUCE_VERSION = 1
+FLAG_FLUSH = 0x0001
 _HEADER = struct.Struct(">4sHHI")
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
 _BATCH_LENGTH = struct.Struct(">I")  # records_length, at offset 12 of a batch header
+BINARY_HEADER_SIZE = _HEADER.size
 
 
-def encode_binary_produce(groups: Sequence[tuple[str, int, Sequence[bytes]]]) -> bytes:
+def binary_produce_header(batch_count: int, *, flush: bool = False) -> bytes:
+    """The body's 12-byte header announcing ``batch_count`` batches."""
+    return _HEADER.pack(PRODUCE_MAGIC, PRODUCE_VERSION, FLAG_FLUSH if flush else 0, batch_count)
+
+
+def binary_batch_prefix(topic: str, partition: int, count: int, sections: Sequence[bytes | memoryview]) -> list[bytes]:
+    """What precedes a batch's records section in the body: topic, partition
+    and the bytes-batch-v1 header of ``count`` records in ``sections``
+    (a client that already holds length-prefixed records sends them after it as they are)."""
+    name = topic.encode("utf-8")
+    return [_U16.pack(len(name)), name, _U32.pack(partition), batch_header(count, sections)]
+
+
+def encode_binary_produce(groups: Sequence[tuple[str, int, Sequence[bytes]]], *, flush: bool = False) -> bytes:
     """A binary produce body of ``(topic, partition, payloads)`` groups, in order."""
-    out = [_HEADER.pack(PRODUCE_MAGIC, PRODUCE_VERSION, 0, len(groups))]
+    out = [binary_produce_header(len(groups), flush=flush)]
     for topic, partition, payloads in groups:
         name = topic.encode("utf-8")
         out += [_U16.pack(len(name)), name, _U32.pack(partition), encode_batch(payloads)]
@@ -87,8 +107,10 @@ def parse_binary_produce(body: bytes, *, max_records: int) -> ProduceRequest:
         raise InvalidField(f"header.magic is {bytes(magic)!r} at offset 0, expected {PRODUCE_MAGIC!r}", "header.magic")
     if version != PRODUCE_VERSION:
         raise InvalidField(f"header.version {version} at offset 4 is not supported (only 1)", "header.version")
-    if flags != 0:
-        raise InvalidField(f"header.flags must be 0, got {flags} at offset 6", "header.flags")
+    if flags & ~FLAG_FLUSH:
+        raise InvalidField(
+            f"header.flags {flags:#06x} at offset 6 sets unknown bits (only bit 0, FLUSH, is defined)", "header.flags"
+        )
     if count == 0:
         raise InvalidField("header.batch_count must be at least 1, got 0 at offset 8", "header.batch_count")
     pos = _HEADER.size
@@ -111,7 +133,7 @@ def parse_binary_produce(body: bytes, *, max_records: int) -> ProduceRequest:
             f"{len(view) - pos} trailing bytes at offset {pos} after the {count} batches header.batch_count "
             "announced", "batches",
         )
-    return ProduceRequest(tuple(groups), total, nbytes)
+    return ProduceRequest(tuple(groups), total, nbytes, bool(flags & FLAG_FLUSH))
 
 
 def _parse_batch(view: memoryview, pos: int, where: str) -> tuple[SharedAppendGroup, int]:

@@ -333,7 +333,7 @@ class Broker:
         )
         self._writes_begin(groups)
         try:
-            future = self.producer.submit(groups, request_id=request_id)
+            future = self.producer.submit(groups, request_id=request_id, flush=request.flush)
         except BackPressureRejected as exc:
             self._writes_end(groups)
             results = [AppendResult(g.topic, g.partition, len(g.payloads), error=exc) for g in groups]

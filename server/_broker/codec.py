@@ -209,6 +209,9 @@ class ProduceRequest:
     groups: tuple[SharedAppendGroup, ...]
     record_count: int
     payload_bytes: int
+    flush: bool = False
+    """The client asks for its batches to be flushed now, without waiting out
+    the batch delay (a producer's ``flush()``: it has nothing more to add)."""
 
 
 def parse_produce(doc: Mapping[str, Any], *, max_records: int) -> ProduceRequest:
@@ -238,7 +241,10 @@ def parse_produce(doc: Mapping[str, Any], *, max_records: int) -> ProduceRequest
         payloads = [decode_record(r, f"{field}[{j}]") for j, r in enumerate(records)]
         nbytes += sum(len(p) for p in payloads)
         groups.append(SharedAppendGroup(topic, partition, payloads))
-    return ProduceRequest(tuple(groups), total, nbytes)
+    flush = doc.get("flush", False)
+    if not isinstance(flush, bool):
+        raise InvalidField(f"flush must be a boolean, got {_json_type(flush)}", "flush")
+    return ProduceRequest(tuple(groups), total, nbytes, flush)
 
 
 def append_result_json(res: AppendResult) -> dict[str, Any]:

@@ -129,9 +129,14 @@ class BatchingProducer:
             raise
 
     # -- public API ------------------------------------------------------------
-    def submit(self, groups: Sequence[SharedAppendGroup], *, request_id: str | None = None) -> Future:
+    def submit(
+        self, groups: Sequence[SharedAppendGroup], *, request_id: str | None = None, flush: bool = False
+    ) -> Future:
         """Queue groups for the next flush; the Future resolves to one
-        AppendResult per group, in order (failures carry ``error``)."""
+        AppendResult per group, in order (failures carry ``error``). With
+        ``flush`` the flush starts now instead of after ``max_delay_ms``: the
+        caller has nothing more to add (it costs a PUT sooner, never a lost
+        or reordered record)."""
         groups = validate_groups(groups, "submit")
         nbytes = sum(g.payload_bytes for g in groups)
         if nbytes > self.config.max_buffer_bytes:
@@ -154,6 +159,9 @@ class BatchingProducer:
             self._inflight_bytes += nbytes
             if self._first_at is None:
                 self._first_at = time.monotonic()
+            if flush:
+                self._flush_requested = True
+                self.metrics.inc("batcher_flush_requests_total")
             self.metrics.set_gauge("batcher_inflight_bytes", self._inflight_bytes)
             self.metrics.set_gauge("batcher_queued_submissions", len(self._queue))
             self._cond.notify_all()

@@ -80,6 +80,7 @@ _PRODUCE = (
     _g("batcher_inflight_bytes", "Bytes queued or being flushed by the batcher (the buffer in use)"),
     _g("batcher_queued_submissions", "Submissions waiting for the next flush (batcher depth)"),
     _c("batcher_flushes_total", "Flushes: one shared WAL blob plus its Oxia commits"),
+    _c("batcher_flush_requests_total", "Submissions that asked for an immediate flush (a client's flush)"),
     _c("batcher_flush_partitions_total", "Partition batches written by flushes"),
     _c("batcher_failed_partition_batches_total", "Partition batches whose flush failed"),
     _h("batcher_flush_seconds", "Flush time: blob PUT and every partition's commit"),
@@ -216,7 +217,7 @@ PRESENT_AT_START: dict[str, tuple[str, ...]] = {
     ),
     "broker_write": (
         "produce_records_total", "produce_payload_bytes_total", "produce_timeouts_total", "produce_request_seconds",
-        "batcher_flushes_total", "batcher_submits_total", "batcher_records_total", "batcher_payload_bytes_total",
+        "batcher_flushes_total", "batcher_flush_requests_total", "batcher_submits_total", "batcher_records_total", "batcher_payload_bytes_total",
         "batcher_backpressure_rejections_total", "batcher_inflight_bytes", "batcher_queued_submissions",
         "batcher_flush_partitions_total", "batcher_flush_seconds", "batcher_queue_wait_seconds",
         "writer_records_total", "writer_payload_bytes_total", "writer_blobs_total", "writer_blob_bytes_total",

@@ -7,8 +7,11 @@ Two layers, both used by the produce job and by ``df.write.format("llog")``:
   every batch is acknowledged or the retry budget is spent.
 - :class:`TaskProducer` is what one Spark task uses: it buffers records per
   partition and sends bounded multi-partition requests (``max_request_bytes``
-  of JSON body, ``max_request_records`` records) on up to ``max_in_flight``
-  concurrent keep-alive connections.
+  of body, ``max_request_records`` records) on up to ``max_in_flight``
+  concurrent keep-alive connections. The body is binary
+  (``application/vnd.llog.produce.v1``: each partition's records as a
+  ``bytes-batch-v1`` batch the broker splices into the WAL as it is) unless
+  ``body="json"`` asks for the JSON of the reference system's brokers.
 
 Broker selection. Each topic-partition has a stable preferred broker chosen
 by rendezvous (highest-random-weight) hashing over the broker URLs, so every
@@ -57,17 +60,14 @@ from __future__ import annotations
 # ruff: noqa: F401
 from ._broker_selection import BrokerUrl, check_brokers, parse_broker_list, rendezvous_order
 from ._produce_batches import (
-    _REQUEST_HEAD,
-    _REQUEST_TAIL,
+    CONTENT_TYPES,
     MIB,
     Batch,
     BatchAck,
     ProducerConfig,
     ProduceStats,
     batch_overhead,
-    encode_binary_records,
     encode_request,
-    encode_text_records,
 )
 from ._produce_client import ProduceClient, _ConnectFailed, _Failure, _Reply
 from ._produce_errors import BrokerUnreachable, ProduceError, ProduceFailed
@@ -84,7 +84,5 @@ __all__ = [
     "ProduceClient",
     "ProduceStats",
     "TaskProducer",
-    "encode_text_records",
-    "encode_binary_records",
     "rendezvous_order",
 ]

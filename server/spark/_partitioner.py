@@ -18,9 +18,14 @@ partition so that many small tasks do not all favour partition 0.
 from __future__ import annotations
 
 import struct
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
-__all__ = ["murmur2", "to_positive", "partition_for_key", "KeyPartitioner"]
+import numpy as np
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = ["murmur2", "murmur2_column", "to_positive", "partition_for_key", "KeyPartitioner"]
 
 _M = 0x5BD1E995
 _SEED = 0x9747B28C
@@ -51,6 +56,45 @@ def murmur2(data: bytes) -> int:
     h = (h * _M) & _MASK
     h ^= h >> 15
     return h - 0x100000000 if h & 0x80000000 else h
+
+
+def murmur2_column(keys: pa.Array) -> np.ndarray:
+    """:func:`murmur2` of every value of a string or binary Arrow column, as
+    uint32 (the bits Java returns), computed over the column's buffers a
+    4-byte block position at a time: no Python object per key. Null slots
+    get a meaningless value; callers mask them."""
+    from ._record_chunks import _data, _offsets
+
+    import pyarrow as pa
+
+    col = keys.cast(pa.large_binary() if pa.types.is_large_string(keys.type) else pa.binary()) \
+        if pa.types.is_string(keys.type) or pa.types.is_large_string(keys.type) else keys
+    offsets = _offsets(col)
+    data = np.frombuffer(_data(col), dtype=np.uint8)
+    starts, lengths = offsets[:-1], np.diff(offsets)
+    m = np.uint32(_M)
+    h = (np.uint32(_SEED) ^ lengths.astype(np.uint32))
+    blocks = lengths >> 2
+    for j in range(int(blocks.max()) if len(blocks) else 0):
+        live = np.flatnonzero(blocks > j)
+        at = starts[live] + 4 * j
+        k = (data[at].astype(np.uint32) | (data[at + 1].astype(np.uint32) << 8)
+             | (data[at + 2].astype(np.uint32) << 16) | (data[at + 3].astype(np.uint32) << 24))
+        k *= m
+        k ^= k >> np.uint32(24)
+        k *= m
+        h[live] = (h[live] * m) ^ k
+    rest, tail = lengths & 3, starts + (blocks << 2)
+    for width, shift in ((3, 16), (2, 8)):
+        sel = np.flatnonzero(rest >= width)
+        h[sel] ^= data[tail[sel] + width - 1].astype(np.uint32) << np.uint32(shift)
+    sel = np.flatnonzero(rest >= 1)
+    h[sel] ^= data[tail[sel]].astype(np.uint32)
+    h[sel] *= m
+    h ^= h >> np.uint32(13)
+    h *= m
+    h ^= h >> np.uint32(15)
+    return h
 
 
 def to_positive(h: int) -> int:
@@ -89,6 +133,20 @@ class KeyPartitioner:
             else:
                 out.append(partition_for_key(key, n))
         return out
+
+    def assign_column(self, keys: pa.Array) -> np.ndarray:
+        """:meth:`assign` over an Arrow column of keys, vectorized (int64)."""
+        out = (murmur2_column(keys) & np.uint32(0x7FFFFFFF)).astype(np.int64) % self.partitions
+        if keys.null_count:
+            nulls = np.flatnonzero(keys.is_null().to_numpy(zero_copy_only=False))
+            out[nulls] = self.spread_array(len(nulls))
+        return out
+
+    def spread_array(self, count: int) -> np.ndarray:
+        """:meth:`spread` as an int64 array."""
+        n, first = self.partitions, self._next
+        self._next = (first + count) % n
+        return (first + np.arange(count, dtype=np.int64)) % n
 
     def spread(self, count: int) -> list[int]:
         """Partitions for ``count`` keyless records."""

@@ -3,13 +3,15 @@ acknowledgements, request bodies and counters (see :mod:`server.spark._http_clie
 
 from __future__ import annotations
 
-import base64
 from dataclasses import dataclass, field
 from json.encoder import encode_basestring_ascii
 from typing import Any, NamedTuple, Sequence
 
+from .._broker.binary import BINARY_HEADER_SIZE, PRODUCE_BINARY_CONTENT_TYPE, binary_batch_prefix, binary_produce_header
 from .._errors import ConfigError
+from .._protocol.codec import BATCH_HEADER_SIZE
 from ._broker_selection import BrokerUrl, parse_broker_list
+from ._record_chunks import BODIES, Body, RecordChunk
 
 __all__ = [
     "MIB",
@@ -17,9 +19,9 @@ __all__ = [
     "Batch",
     "BatchAck",
     "ProduceStats",
-    "encode_text_records",
-    "encode_binary_records",
+    "CONTENT_TYPES",
     "batch_overhead",
+    "request_overhead",
     "encode_request",
 ]
 
@@ -36,7 +38,7 @@ class ProducerConfig:
 
     brokers: tuple[BrokerUrl, ...]
     max_request_bytes: int = 4 * MIB
-    """Largest JSON body of one /produce request (the broker refuses > 16 MiB by default)."""
+    """Largest body of one /produce request (the broker refuses > 16 MiB by default)."""
     max_request_records: int = 50_000
     """Most records in one request (the broker refuses > 100,000 by default)."""
     max_retries: int = 10
@@ -50,6 +52,10 @@ class ProducerConfig:
     """How long a broker that refused a connection is skipped."""
     max_in_flight: int = 4
     """Concurrent requests per task (never two for one partition)."""
+    body: Body = "binary"
+    """Request body: ``binary`` (``application/vnd.llog.produce.v1``, records
+    spliced into the WAL as sent) or ``json`` (what the reference system's
+    brokers accept)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.brokers, str) or not all(isinstance(b, BrokerUrl) for b in self.brokers):
@@ -62,37 +68,12 @@ class ProducerConfig:
             raise ConfigError(f"max_request_records must be >= 1, got {self.max_request_records}")
         if self.max_retries < 0:
             raise ConfigError(f"max_retries must be >= 0, got {self.max_retries}")
+        if self.body not in BODIES:
+            raise ConfigError(f"body must be one of {', '.join(BODIES)}, got {self.body!r}")
         if self.max_in_flight < 1:
             raise ConfigError(f"max_in_flight must be >= 1, got {self.max_in_flight}")
         if self.request_timeout_ms < 1 or self.retry_backoff_max_ms < 0 or self.retry_backoff_initial_ms < 0:
             raise ConfigError("request_timeout_ms must be >= 1 and the backoff delays >= 0")
-
-
-# -- record encoding -------------------------------------------------------------------
-
-
-def encode_text_records(values: Sequence[str | None]) -> tuple[list[str], list[int]]:
-    """JSON fragments (ASCII, so their length is their byte count) and UTF-8
-    payload sizes of text records. A null record is a ValueError: nothing is
-    ever dropped silently."""
-    frags, sizes = [], []
-    for i, v in enumerate(values):
-        if v is None:
-            raise ValueError(f"record {i} of the batch is null; a record value must be a string or bytes")
-        frags.append(encode_basestring_ascii(v))
-        sizes.append(len(v) if v.isascii() else len(v.encode("utf-8")))
-    return frags, sizes
-
-
-def encode_binary_records(values: Sequence[bytes | None]) -> tuple[list[str], list[int]]:
-    """``{"base64": ...}`` fragments and payload sizes of binary records."""
-    frags, sizes = [], []
-    for i, v in enumerate(values):
-        if v is None:
-            raise ValueError(f"record {i} of the batch is null; a record value must be a string or bytes")
-        frags.append('{"base64":"' + base64.b64encode(v).decode("ascii") + '"}')
-        sizes.append(len(v))
-    return frags, sizes
 
 
 # -- batches and acks ----------------------------------------------------------------------
@@ -100,24 +81,21 @@ def encode_binary_records(values: Sequence[bytes | None]) -> tuple[list[str], li
 
 @dataclass
 class Batch:
-    """Records for one topic-partition, already encoded as JSON fragments."""
+    """Records for one topic-partition, already in the body's wire form."""
 
     topic: str
     partition: int
-    fragments: list[str]
-    payload_bytes: int
+    chunks: list[RecordChunk]
     attempts: int = 0
     """How many times this batch has been sent."""
 
     @property
     def count(self) -> int:
-        return len(self.fragments)
+        return sum(c.count for c in self.chunks)
 
-    def header(self) -> str:
-        return f'{{"topic":{encode_basestring_ascii(self.topic)},"partition":{self.partition},"records":['
-
-    def encoded_size(self) -> int:
-        return batch_overhead(self.topic, self.partition) + sum(map(len, self.fragments)) + max(0, self.count - 1)
+    @property
+    def payload_bytes(self) -> int:
+        return sum(c.payload_bytes for c in self.chunks)
 
 
 class BatchAck(NamedTuple):
@@ -134,25 +112,43 @@ class BatchAck(NamedTuple):
     broker: str
 
 
-_REQUEST_HEAD = '{"topic_partitions":['
-_REQUEST_TAIL = "]}"
+CONTENT_TYPES: dict[Body, str] = {"binary": PRODUCE_BINARY_CONTENT_TYPE, "json": "application/json"}
+_JSON_HEAD = b'{"topic_partitions":['
+_JSON_TAIL = b"]}"
+_JSON_TAIL_FLUSH = b'],"flush":true}'
 
 
-def batch_overhead(topic: str, partition: int) -> int:
-    """Bytes of a batch's JSON around its record fragments, plus a separating comma."""
+def request_overhead(body: Body) -> int:
+    """Bytes of a request body outside its batches."""
+    return BINARY_HEADER_SIZE if body == "binary" else len(_JSON_HEAD) + len(_JSON_TAIL_FLUSH)
+
+
+def batch_overhead(topic: str, partition: int, body: Body) -> int:
+    """Bytes of a batch outside its records (JSON: plus a separating comma;
+    the records' own trailing commas pay for the one dropped)."""
+    if body == "binary":
+        return 2 + len(topic.encode("utf-8")) + 4 + BATCH_HEADER_SIZE
     return len(f'{{"topic":{encode_basestring_ascii(topic)},"partition":{partition},"records":[]}}') + 1
 
 
-def encode_request(batches: Sequence[Batch]) -> bytes:
-    parts = [_REQUEST_HEAD]
+def encode_request(batches: Sequence[Batch], body: Body, *, flush: bool = False) -> bytes:
+    """One ``/produce`` body of ``batches``, in order (they map 1:1 to the
+    answer's results); ``flush`` asks the broker to flush them now."""
+    if body == "binary":
+        parts: list[bytes | memoryview] = [binary_produce_header(len(batches), flush=flush)]
+        for b in batches:
+            sections = [c.data for c in b.chunks]
+            parts += binary_batch_prefix(b.topic, b.partition, b.count, sections)
+            parts += sections
+        return b"".join(parts)
+    parts = [_JSON_HEAD]
     for i, b in enumerate(batches):
-        if i:
-            parts.append(",")
-        parts.append(b.header())
-        parts.append(",".join(b.fragments))
-        parts.append("]}")
-    parts.append(_REQUEST_TAIL)
-    return "".join(parts).encode("ascii")
+        head = f'{{"topic":{encode_basestring_ascii(b.topic)},"partition":{b.partition},"records":['
+        parts.append((("," if i else "") + head).encode("ascii"))
+        records = b"".join(c.data for c in b.chunks)
+        parts += [records[:-1], b"]}"]  # each record carries a trailing comma; drop the last
+    parts.append(_JSON_TAIL_FLUSH if flush else _JSON_TAIL)
+    return b"".join(parts)
 
 
 # -- stats -----------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from typing import Any, NamedTuple, Sequence
 
 from .._retry import Backoff
 from ._broker_selection import BrokerUrl, rendezvous_order
-from ._produce_batches import Batch, BatchAck, ProducerConfig, ProduceStats, encode_request
+from ._produce_batches import CONTENT_TYPES, Batch, BatchAck, ProducerConfig, ProduceStats, encode_request
 from ._produce_errors import BrokerUnreachable, ProduceError, ProduceFailed
 
 __all__ = ["ProduceClient"]
@@ -91,7 +91,7 @@ class ProduceClient:
         if conn is not None:
             conn.close()
 
-    def post(self, broker: BrokerUrl, path: str, body: bytes) -> _Reply:
+    def post(self, broker: BrokerUrl, path: str, body: bytes, content_type: str = "application/json") -> _Reply:
         """One POST on the thread's keep-alive connection. A reused connection
         the server closed while idle is retried once on a fresh one; any other
         transport failure is :class:`_ConnectFailed`."""
@@ -99,7 +99,7 @@ class ProduceClient:
             conn = self._conn(broker)
             reused = conn.sock is not None
             try:
-                conn.request("POST", broker.prefix + path, body=body, headers={"Content-Type": "application/json"})
+                conn.request("POST", broker.prefix + path, body=body, headers={"Content-Type": content_type})
                 resp = conn.getresponse()
                 data = resp.read()
             except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError) as exc:
@@ -133,8 +133,11 @@ class ProduceClient:
             c.close()
 
     # -- sending --
-    def send(self, batches: Sequence[Batch], stats: ProduceStats, stats_lock: threading.Lock) -> list[BatchAck]:
-        """Send ``batches`` until each is acknowledged; return the acks.
+    def send(
+        self, batches: Sequence[Batch], stats: ProduceStats, stats_lock: threading.Lock, *, flush: bool = False
+    ) -> list[BatchAck]:
+        """Send ``batches`` until each is acknowledged; return the acks
+        (``flush``: ask the broker to flush them now, not after its batch delay).
 
         Raises :class:`ProduceFailed` (or :class:`BrokerUnreachable`) naming the
         broker, topic-partition and last error when a batch fails for good.
@@ -155,7 +158,7 @@ class ProduceClient:
             for broker, group in groups.items():
                 for b in group:
                     b.attempts += 1
-                got, failed = self._send_once(broker, group, stats, stats_lock)
+                got, failed = self._send_once(broker, group, stats, stats_lock, flush)
                 acks.extend(got)
                 retry.extend((b, broker, f) for b, f in failed)
             if not retry:
@@ -192,13 +195,13 @@ class ProduceClient:
         return acks
 
     def _send_once(
-        self, broker: BrokerUrl, batches: list[Batch], stats: ProduceStats, stats_lock: threading.Lock
+        self, broker: BrokerUrl, batches: list[Batch], stats: ProduceStats, stats_lock: threading.Lock, flush: bool
     ) -> tuple[list[BatchAck], list[tuple[Batch, _Failure]]]:
-        body = encode_request(batches)
+        body = encode_request(batches, self.config.body, flush=flush)
         with stats_lock:
             stats.requests += 1
         try:
-            reply = self.post(broker, "/produce", body)
+            reply = self.post(broker, "/produce", body, CONTENT_TYPES[self.config.body])
         except _ConnectFailed as exc:
             self._mark_down(broker, str(exc))
             f = _Failure(True, None, "ConnectionFailed", f"cannot reach {broker.url}: {exc}", unknown=exc.sent)

@@ -7,13 +7,18 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Sequence
 
+import numpy as np
+import pyarrow as pa
+
 from .._protocol.keys import validate_topic
 from ._broker_selection import BrokerUrl
-from ._produce_batches import _REQUEST_HEAD, _REQUEST_TAIL, Batch, ProducerConfig, ProduceStats, batch_overhead
+from ._produce_batches import Batch, ProducerConfig, ProduceStats, batch_overhead, request_overhead
 from ._produce_client import ProduceClient
+from ._record_chunks import RecordChunk, encode_by_partition
 
 __all__ = ["TaskProducer"]
 
@@ -24,23 +29,36 @@ log = logging.getLogger(__name__)
 
 
 class _Buffer:
-    __slots__ = ("fragments", "payload_bytes", "encoded_bytes")
+    __slots__ = ("chunks", "nbytes", "records")
 
     def __init__(self) -> None:
-        self.fragments: list[str] = []
-        self.payload_bytes: list[int] = []
-        self.encoded_bytes = 0
+        self.chunks: deque[RecordChunk] = deque()
+        self.nbytes = 0
+        self.records = 0
 
 
 class TaskProducer:
     """Buffers one task's records per partition and sends bounded requests.
 
-    ``add(partitions, fragments, sizes)`` appends records (fragments from
-    :func:`encode_text_records` / :func:`encode_binary_records`); a request
-    is sent once a broker's eligible partitions hold ``max_request_bytes`` or
-    ``max_request_records``. ``flush()`` sends the rest and waits; a failure
-    in any request is raised from the next ``add``/``flush``. Buffered memory
-    stays below about ``(max_in_flight + 1) * max_request_bytes``.
+    ``add(values, partitions)`` appends records: ``values`` an Arrow string or
+    binary column (or a list of str / bytes), ``partitions`` one partition
+    per value. The records are encoded for the body at once, a column at a
+    time (:mod:`server.spark._record_chunks`).
+
+    When requests go: each broker's partitions fall into ``max_in_flight``
+    lanes (partition mod ``max_in_flight``), and a lane whose partitions are
+    all idle sends once it holds a quarter of ``max_request_bytes`` (or
+    ``max_request_records``), taking up to the full bounds. So requests for
+    disjoint partitions fly side by side (a task never has two requests for
+    one partition in flight, which keeps its records of a partition in
+    order), and a lane that waited on a broker's flush sends a bigger
+    request next: the bytes in flight follow the rate times the round trip
+    (Little's law) without a tuning knob. ``flush()`` sends the rest, asking
+    the broker to flush it now (``"flush": true``) rather than after its batch
+    delay, as a Kafka producer's ``flush()`` skips its linger, and
+    waits; a failure in any request is raised from the next
+    ``add``/``flush``. Buffered memory stays below about
+    ``(max_in_flight + 1) * max_request_bytes``.
     """
 
     def __init__(
@@ -64,7 +82,8 @@ class TaskProducer:
         self._inflight = 0
         self._error: BaseException | None = None
         self._pool = ThreadPoolExecutor(config.max_in_flight, thread_name_prefix="llog-produce")
-        self._overhead = {}  # partition -> batch JSON overhead
+        self._overhead: dict[int, int] = {}  # partition -> batch overhead in the body
+        self._min_request_bytes = max(1, config.max_request_bytes // 4)
         self._on_progress = on_progress
         self._progress_interval_s = progress_interval_s
         self._last_progress = time.monotonic()
@@ -79,21 +98,29 @@ class TaskProducer:
     def _batch_overhead(self, partition: int) -> int:
         o = self._overhead.get(partition)
         if o is None:
-            o = self._overhead[partition] = batch_overhead(self.topic, partition)
+            o = self._overhead[partition] = batch_overhead(self.topic, partition, self.config.body)
         return o
 
-    def add(self, partitions: Sequence[int], fragments: Sequence[str], sizes: Sequence[int]) -> None:
+    def add(self, values: pa.Array | Sequence[str | bytes | None], partitions: Sequence[int] | np.ndarray) -> None:
+        """Buffer ``values`` for ``partitions`` (ValueError for a null value or
+        a partition below 0: nothing is dropped) and send what is due."""
+        if not isinstance(values, pa.Array):
+            values = pa.array(values, type=_list_type(values))
+        parts = np.asarray(partitions, dtype=np.int64)
+        if len(parts) and int(parts.min()) < 0:
+            raise ValueError(f"partition {int(parts.min())} is below 0")
+        chunks = encode_by_partition(values, parts, self.config.body)
         with self._cond:
             self._raise_error()
-            for p, frag, size in zip(partitions, fragments, sizes):
+            for p, chunk in chunks.items():
                 buf = self._buffers.get(p)
                 if buf is None:
                     buf = self._buffers[p] = _Buffer()
-                buf.fragments.append(frag)
-                buf.payload_bytes.append(size)
-                buf.encoded_bytes += len(frag) + 1
-                self._buffered_bytes += len(frag) + 1
-            self._buffered_records += len(fragments)
+                buf.chunks.append(chunk)
+                buf.nbytes += chunk.nbytes
+                buf.records += chunk.count
+                self._buffered_bytes += chunk.nbytes
+                self._buffered_records += chunk.count
             self._pump(final=False)
         self._maybe_progress()
 
@@ -134,8 +161,8 @@ class TaskProducer:
 
     def _pump(self, final: bool) -> None:
         """Dispatch requests while slots are free (called with the lock held).
-        Without ``final`` only full requests go, unless the buffer is over its
-        memory bound; then the call waits for completions."""
+        Without ``final`` only lanes holding enough go, unless the buffer is
+        over its memory bound; then the call waits for completions."""
         cfg = self.config
         limit = cfg.max_request_bytes * (cfg.max_in_flight + 1)
         while True:
@@ -143,13 +170,12 @@ class TaskProducer:
             over = self._buffered_bytes > limit
             sent = False
             while self._inflight < cfg.max_in_flight:
-                req = self._take_request(allow_partial=final or over)
-                if req is None:
+                batches = self._take_request(allow_partial=final or over)
+                if batches is None:
                     break
-                broker, batches = req
                 self._inflight += 1
                 self._inflight_partitions.update(b.partition for b in batches)
-                self._pool.submit(self._run, batches)
+                self._pool.submit(self._run, batches, final)
                 sent = True
                 over = self._buffered_bytes > limit
             if final or not over:
@@ -157,51 +183,75 @@ class TaskProducer:
             if not sent:
                 self._cond.wait(0.5)
 
-    def _take_request(self, allow_partial: bool) -> tuple[BrokerUrl, list[Batch]] | None:
+    def _take_request(self, allow_partial: bool) -> list[Batch] | None:
+        """The next request: the fullest idle lane's records, within the bounds."""
         cfg = self.config
-        groups: dict[BrokerUrl, list[int]] = {}
+        lanes: dict[tuple[BrokerUrl, int], list[int]] = {}
         for p, buf in self._buffers.items():
-            if buf.fragments and p not in self._inflight_partitions:
-                groups.setdefault(self.client.preferred_broker(self.topic, p), []).append(p)
-        if not groups:
+            if buf.records and p not in self._inflight_partitions:
+                broker = self.client.preferred_broker(self.topic, p)
+                lanes.setdefault((broker, p % cfg.max_in_flight), []).append(p)
+        if not lanes:
             return None
 
         def volume(ps: list[int]) -> tuple[int, int]:
-            return (sum(self._buffers[p].encoded_bytes for p in ps), sum(len(self._buffers[p].fragments) for p in ps))
+            return (sum(self._buffers[p].nbytes for p in ps), sum(self._buffers[p].records for p in ps))
 
-        broker, parts = max(groups.items(), key=lambda kv: volume(kv[1]))
+        parts = max(lanes.values(), key=volume)
         nbytes, nrecords = volume(parts)
-        room = cfg.max_request_bytes - len(_REQUEST_HEAD) - len(_REQUEST_TAIL)
-        if not allow_partial and nbytes < room and nrecords < cfg.max_request_records:
+        if not allow_partial and nbytes < self._min_request_bytes and nrecords < cfg.max_request_records:
             return None
-        batches: list[Batch] = []
+        room = cfg.max_request_bytes - request_overhead(cfg.body)
         records_left = cfg.max_request_records
-        for p in sorted(parts, key=lambda q: -self._buffers[q].encoded_bytes):
+        batches: list[Batch] = []
+        for p in sorted(parts, key=lambda q: -self._buffers[q].nbytes):
             if records_left <= 0 or room <= self._batch_overhead(p):
                 break
-            buf = self._buffers[p]
             room -= self._batch_overhead(p)
-            take, used = 0, 0
-            for frag in buf.fragments:
-                if take >= records_left or (used + len(frag) + 1 > room and (take or batches)):
-                    break
-                used += len(frag) + 1
-                take += 1
-            if take == 0:
+            taken, drained = self._take_records(self._buffers[p], room, records_left, alone_ok=not batches)
+            if taken:
+                batch = Batch(self.topic, p, taken)
+                batches.append(batch)
+                used = sum(c.nbytes for c in taken)
+                room -= used
+                records_left -= batch.count
+            if not drained:
                 break
-            frags, sizes = buf.fragments[:take], buf.payload_bytes[:take]
-            del buf.fragments[:take], buf.payload_bytes[:take]
-            buf.encoded_bytes -= used
-            self._buffered_bytes -= used
-            self._buffered_records -= take
-            records_left -= take
-            room -= used
-            batches.append(Batch(self.topic, p, frags, sum(sizes)))
-        return (broker, batches) if batches else None
+        return batches or None
 
-    def _run(self, batches: list[Batch]) -> None:
+    def _take_records(
+        self, buf: _Buffer, room: int, records_left: int, alone_ok: bool
+    ) -> tuple[list[RecordChunk], bool]:
+        """Leading records of ``buf`` within ``room`` bytes and ``records_left``
+        records (one record larger than the room goes alone when ``alone_ok``);
+        returns them and whether ``buf`` is now empty."""
+        taken: list[RecordChunk] = []
+        while buf.chunks and records_left > 0:
+            chunk = buf.chunks[0]
+            k = chunk.fitting(room, records_left)
+            if k == 0:
+                if taken or not alone_ok:
+                    break
+                k = 1  # a record larger than the bound goes alone
+            head, rest = chunk.split(k)
+            if rest is None:
+                buf.chunks.popleft()
+            else:
+                buf.chunks[0] = rest
+            taken.append(head)
+            buf.nbytes -= head.nbytes
+            buf.records -= head.count
+            self._buffered_bytes -= head.nbytes
+            self._buffered_records -= head.count
+            room -= head.nbytes
+            records_left -= head.count
+            if rest is not None:
+                break
+        return taken, not buf.chunks
+
+    def _run(self, batches: list[Batch], flush: bool) -> None:
         try:
-            acks = self.client.send(batches, self.stats, self._stats_lock)
+            acks = self.client.send(batches, self.stats, self._stats_lock, flush=flush)
         except BaseException as exc:  # noqa: BLE001 - handed to the task thread
             with self._cond:
                 if self._error is None:
@@ -217,3 +267,8 @@ class TaskProducer:
             self._inflight -= 1
             self._inflight_partitions.difference_update(b.partition for b in batches)
             self._cond.notify_all()
+
+
+def _list_type(values: Sequence[str | bytes | None]) -> pa.DataType:
+    """Arrow type of a Python list of records: binary if any is bytes, else string."""
+    return pa.binary() if any(isinstance(v, (bytes, bytearray, memoryview)) for v in values) else pa.string()

@@ -19,8 +19,6 @@ from ._http_client import (
     ProducerConfig,
     ProduceStats,
     TaskProducer,
-    encode_binary_records,
-    encode_text_records,
     parse_broker_list,
 )
 from ._options import _int_opt, _opt, _topic
@@ -57,7 +55,7 @@ def produce_arrow_batches(
     key), else round-robin starting at ``task_index``. A null value or
     partition raises ValueError: rows are never dropped.
     """
-    import pyarrow as pa
+    import numpy as np
 
     partitioner = KeyPartitioner(partitions or 1, start=task_index)
     rows = 0
@@ -65,24 +63,26 @@ def produce_arrow_batches(
         for batch in batches:
             if batch.num_rows == 0:
                 continue
-            col = batch.column(batch.schema.get_field_index(value_column))
-            if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
-                frags, sizes = encode_text_records(col.to_pylist())
-            elif pa.types.is_binary(col.type) or pa.types.is_large_binary(col.type):
-                frags, sizes = encode_binary_records(col.to_pylist())
-            else:
-                raise ValueError(f"column {value_column!r} must be string or binary, got {col.type}")
+            values = batch.column(batch.schema.get_field_index(value_column))
             if partition_column is not None:
-                parts = batch.column(batch.schema.get_field_index(partition_column)).to_pylist()
-                for i, p in enumerate(parts):
-                    if p is None or p < 0 or (partitions is not None and p >= partitions):
-                        bound = f"0..{partitions - 1}" if partitions is not None else ">= 0"
-                        raise ValueError(f"row {rows + i} of the task has partition {p!r}; it must be {bound}")
+                col = batch.column(batch.schema.get_field_index(partition_column))
+                parts = col.to_numpy(zero_copy_only=False)
+                bad = np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False)) if col.null_count else ()
+                if not len(bad):
+                    bad = np.flatnonzero((parts < 0) | (parts >= partitions)) if partitions is not None \
+                        else np.flatnonzero(parts < 0)
+                if len(bad):
+                    i = int(bad[0])
+                    bound = f"0..{partitions - 1}" if partitions is not None else ">= 0"
+                    raise ValueError(f"row {rows + i} of the task has partition {col[i].as_py()!r}; it must be {bound}")
             elif key_column is not None:
-                parts = partitioner.assign(batch.column(batch.schema.get_field_index(key_column)).to_pylist())
+                parts = partitioner.assign_column(batch.column(batch.schema.get_field_index(key_column)))
             else:
-                parts = partitioner.spread(batch.num_rows)
-            producer.add(parts, frags, sizes)
+                parts = partitioner.spread_array(batch.num_rows)
+            if values.null_count:
+                i = int(np.flatnonzero(values.is_null().to_numpy(zero_copy_only=False))[0])
+                raise ValueError(f"row {rows + i} of the task has a null value; a record value must be a string or bytes")
+            producer.add(values, parts)
             rows += batch.num_rows
         stats = producer.flush()
     return rows, stats
@@ -137,6 +137,7 @@ class LlogWriter(DataSourceArrowWriter):
             max_request_records=_int_opt(options, "maxRequestRecords", 50_000),
             max_retries=_int_opt(options, "maxRetries", 10, 0),
             max_in_flight=_int_opt(options, "maxInFlight", 4),
+            body=(_opt(options, "produceBody") or "binary").lower(),  # type: ignore[arg-type]
         )
         self.partitions = _int_opt(options, "partitions", None)
         self.progress_address = _opt(options, "_progressAddress")

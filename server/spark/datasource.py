@@ -66,6 +66,9 @@ Options (case-insensitive):
 ``maxRequestBytes``                write: as the produce job's ``--max-request-bytes``
                                    (and ``maxRequestRecords``, ``maxRetries``,
                                    ``maxInFlight``)
+``produceBody``                    write: ``binary`` (default: records sent as
+                                   ``bytes-batch-v1``, spliced into the WAL as sent) or
+                                   ``json`` (for brokers that accept JSON only)
 =================================  =============================================================
 
 Offsets are inclusive and start at 1, as everywhere in llog; an explicit

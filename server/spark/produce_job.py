@@ -138,6 +138,8 @@ class ProduceOptions:
     max_retries: int = 10
     max_in_flight: int = 4
     """Concurrent requests per Spark task."""
+    body: str = "binary"
+    """Request body: binary (``application/vnd.llog.produce.v1``) or json."""
     csv_header: bool = True
     progress_interval_s: float = 5.0
 
@@ -163,6 +165,7 @@ class ProduceOptions:
             max_request_records=self.max_request_records,
             max_retries=self.max_retries,
             max_in_flight=self.max_in_flight,
+            body=self.body,  # type: ignore[arg-type]
         )
 
 
@@ -335,6 +338,7 @@ def _llog_writer(prepared: DataFrame, options: ProduceOptions, progress_address:
         .option("maxRequestRecords", str(options.max_request_records))
         .option("maxRetries", str(options.max_retries))
         .option("maxInFlight", str(options.max_in_flight))
+        .option("produceBody", options.body)
         .option("_progressAddress", progress_address)
         .option("_summaryPath", str(summary_path))
     )
@@ -428,6 +432,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-request-records", type=int, default=50_000, help="most records per request (default 50000)")
     p.add_argument("--max-retries", type=int, default=10, help="re-sends per batch before failing (default 10)")
     p.add_argument("--max-in-flight", type=int, default=4, help="concurrent requests per Spark task (default 4)")
+    p.add_argument(
+        "--body", choices=("binary", "json"), default="binary",
+        help="request body: binary (records as bytes-batch-v1, the default) or json (brokers that accept JSON only)",
+    )
     p.add_argument("--no-csv-header", action="store_true", help="CSV input has no header line")
     p.add_argument("--master", help="Spark master (default local[*], or what spark-submit sets)")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark configuration")
@@ -451,6 +459,7 @@ def main(argv: list[str] | None = None) -> int:
             max_request_records=args.max_request_records,
             max_retries=args.max_retries,
             max_in_flight=args.max_in_flight,
+            body=args.body,
             csv_header=not args.no_csv_header,
             progress_interval_s=args.progress_interval_s,
         )

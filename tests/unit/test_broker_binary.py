@@ -87,7 +87,8 @@ _BATCH_AT = 12 + 2 + 1 + 4  # header, topic length, "t", partition
     (b"LLP1\x00\x01", "header", "inside this field"),
     (_corrupt(_T, 0, b"XXXX"), "header.magic", "offset 0"),
     (_corrupt(_T, 4, b"\x00\x02"), "header.version", "offset 4"),
-    (_corrupt(_T, 6, b"\x00\x01"), "header.flags", "offset 6"),
+    (_corrupt(_T, 6, b"\x00\x02"), "header.flags", "offset 6"),
+    (_corrupt(_T, 6, b"\x80\x01"), "header.flags", "unknown bits"),
     (_corrupt(_T, 8, bytes(4)), "header.batch_count", "offset 8"),
     (_corrupt(_T, 8, struct.pack(">I", 2)), "batches[1].topic_length", "ends at byte"),
     (_corrupt(_T, 12, b"\x00\x00"), "batches[0].topic_length", "offset 12"),
@@ -111,6 +112,13 @@ def test_malformed_body_names_field_and_offset(raw: bytes, field: str, words: st
     assert not isinstance(err.value, TooLarge)
     assert err.value.field == field, err.value.message
     assert words in err.value.message
+
+
+def test_the_flush_flag_is_bit_0_of_the_header_flags() -> None:
+    raw = encode_binary_produce([("t", 0, (b"a",))], flush=True)
+    assert raw[6:8] == b"\x00\x01"
+    assert parse_binary_produce(raw, max_records=9).flush is True
+    assert parse_binary_produce(one(), max_records=9).flush is False
 
 
 def test_a_batch_whose_length_prefix_lies_is_refused_even_with_a_good_crc() -> None:

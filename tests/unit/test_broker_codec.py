@@ -101,6 +101,9 @@ def test_produce_parses_strings_and_base64() -> None:
         (produce_doc(records=[{"base64": "AA==", "x": 1}]), "topic_partitions[0].records[0]"),
         (produce_doc(records=[{}]), "topic_partitions[0].records[0]"),
         (produce_doc(records=["\ud800"]), "topic_partitions[0].records[0]"),
+        ({**produce_doc(), "flush": "yes"}, "flush"),
+        ({**produce_doc(), "flush": 1}, "flush"),
+        ({**produce_doc(), "flush": None}, "flush"),
     ],
 )
 def test_produce_validation_names_the_field(doc: dict, field: str) -> None:
@@ -236,3 +239,9 @@ def test_broker_config_from_env_and_overrides() -> None:
 def test_broker_config_errors_name_the_variable(env: dict, name: str) -> None:
     with pytest.raises(ConfigError, match=name):
         BrokerConfig.from_env(env)
+
+
+def test_produce_flush_is_an_optional_boolean() -> None:
+    assert parse_produce(produce_doc(), max_records=100).flush is False
+    assert parse_produce({**produce_doc(), "flush": True}, max_records=100).flush is True
+    assert parse_produce({**produce_doc(), "flush": False}, max_records=100).flush is False

@@ -16,6 +16,7 @@ from server._storage.metastore import InMemoryMetadataStore
 from server._storage.objectstore import InMemoryObjectStore
 from server.leaderless_log_reader import LeaderlessLogReader
 from server.leaderless_log_writer import BatchingProducer, LeaderlessLogWriter, SharedAppendGroup
+from tests._exposition import sample_value
 
 OXIA = OxiaConfig("fake:1", root_prefix="llog")
 S3 = S3Config("llog")
@@ -134,3 +135,21 @@ def test_a_failed_put_fails_only_its_own_flush():
         (failed,) = producer.submit([SharedAppendGroup("t", 0, [b"lost"])]).result(WAIT_S)
         (ok,) = producer.submit([SharedAppendGroup("t", 0, [b"kept"])]).result(WAIT_S)
     assert isinstance(failed.error, ObjectStoreError) and ok.error is None and ok.start_offset == 1
+
+
+def test_a_flush_request_flushes_without_waiting_out_the_batch_delay(stores):
+    """A submit with ``flush`` (a client's producer.flush()) starts the flush
+    at once: with an hour of batch delay the plain submit stays queued until
+    the flushing one arrives, then both commit, in submission order."""
+    meta, objs = stores
+    writer = LeaderlessLogWriter(OXIA, S3, metadata_store=meta, object_store=objs)
+    producer = BatchingProducer(writer, BatchConfig(max_delay_ms=3_600_000), owns_writer=True)
+    try:
+        plain = producer.submit([SharedAppendGroup("t", 0, [b"a"])])
+        assert not plain.done()
+        flushing = producer.submit([SharedAppendGroup("t", 0, [b"b", b"c"])], flush=True)
+        assert _offsets(flushing) == [(2, 3)] and _offsets(plain) == [(1, 1)]
+        text = producer.metrics.prometheus_text()
+        assert sample_value(text, "llog_batcher_flush_requests_total") == 1
+    finally:
+        producer.close(WAIT_S)

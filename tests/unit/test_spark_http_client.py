@@ -1,17 +1,22 @@
 """The produce client against scripted fake brokers (no stack): retries,
-fallback, request bounds, per-partition order, typed failures."""
+fallback, request bounds, per-partition order, concurrent requests, typed
+failures; every test runs with the binary body and with JSON."""
 
 from __future__ import annotations
 
+import base64
 import json
 import socket
 import threading
+import time
 from collections import defaultdict
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Iterator
 
+import pyarrow as pa
 import pytest
 
+from server._broker.binary import PRODUCE_BINARY_CONTENT_TYPE, parse_binary_produce
 from server._errors import ConfigError
 from server.spark._http_client import (
     BrokerUnreachable,
@@ -19,11 +24,36 @@ from server.spark._http_client import (
     ProducerConfig,
     ProduceStats,
     TaskProducer,
-    encode_binary_records,
-    encode_text_records,
     parse_broker_list,
     rendezvous_order,
 )
+
+BODY = "binary"
+
+
+@pytest.fixture(autouse=True, params=["binary", "json"])
+def body(request: pytest.FixtureRequest) -> Iterator[str]:
+    global BODY
+    BODY = request.param
+    yield request.param
+    BODY = "binary"
+
+
+def _as_json_body(raw: bytes, content_type: str) -> dict:
+    """A binary body in the JSON shape (a record as text when it is UTF-8,
+    else ``{"base64": ...}``, as the broker's JSON contract has it)."""
+    if content_type != PRODUCE_BINARY_CONTENT_TYPE:
+        return json.loads(raw)
+
+    def record(b: bytes) -> str | dict:
+        try:
+            return b.decode("utf-8")
+        except UnicodeDecodeError:
+            return {"base64": base64.b64encode(b).decode()}
+
+    req = parse_binary_produce(raw, max_records=10**9)
+    return {"topic_partitions": [{"topic": g.topic, "partition": g.partition,
+                                  "records": [record(bytes(r)) for r in g.payloads]} for g in req.groups]}
 
 Script = Callable[[dict], tuple[int, dict]]
 
@@ -34,7 +64,13 @@ class FakeBroker:
 
     def __init__(self) -> None:
         self.requests: list[dict] = []
+        self.raw: list[tuple[str, bytes]] = []
+        """(Content-Type, body) of every request."""
         self.script: Script | None = None
+        self.gate: Callable[[dict], None] | None = None
+        """Called with each request before it is answered, outside the lock."""
+        self.concurrent = 0
+        self.max_concurrent = 0
         self.next_offset: dict[tuple[str, int], int] = defaultdict(lambda: 1)
         self.lock = threading.Lock()
         fake = self
@@ -46,7 +82,19 @@ class FakeBroker:
                 pass
 
             def do_POST(self) -> None:  # noqa: N802
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                raw = self.rfile.read(int(self.headers["Content-Length"]))
+                kind = self.headers["Content-Type"]
+                body = _as_json_body(raw, kind)
+                with fake.lock:
+                    fake.raw.append((kind, raw))
+                    fake.concurrent += 1
+                    fake.max_concurrent = max(fake.max_concurrent, fake.concurrent)
+                try:
+                    if fake.gate is not None:
+                        fake.gate(body)
+                finally:
+                    with fake.lock:
+                        fake.concurrent -= 1
                 with fake.lock:
                     fake.requests.append(body)
                     status, answer = (fake.script or fake.ack_all)(body)
@@ -120,14 +168,14 @@ def dead_url() -> str:
 def config(*urls: str, **kw: Any) -> ProducerConfig:
     kw.setdefault("retry_backoff_initial_ms", 1)
     kw.setdefault("retry_backoff_max_ms", 5)
+    kw.setdefault("body", BODY)
     return ProducerConfig(brokers=parse_broker_list(list(urls)), **kw)
 
 
 def produce(cfg: ProducerConfig, records: dict[int, list[str]], topic: str = "t") -> ProduceStats:
     with TaskProducer(topic, cfg) as tp:
         for p, recs in records.items():
-            frags, sizes = encode_text_records(recs)
-            tp.add([p] * len(recs), frags, sizes)
+            tp.add(recs, [p] * len(recs))
         return tp.flush()
 
 
@@ -140,13 +188,74 @@ def test_every_record_acknowledged_once_in_order(broker: FakeBroker) -> None:
     assert stats.bytes_acked == sum(len(r) for rs in recs.values() for r in rs)
 
 
-def test_requests_respect_byte_and_record_bounds(broker: FakeBroker) -> None:
+def test_requests_respect_byte_and_record_bounds(broker: FakeBroker, body: str) -> None:
     recs = {p: ["x" * 300] * 200 for p in range(3)}
     produce(config(broker.url, max_request_bytes=4096, max_request_records=10), recs)
-    for body in broker.requests:
-        assert len(json.dumps(body, separators=(",", ":"))) <= 4096
-        assert sum(len(tp["records"]) for tp in body["topic_partitions"]) <= 10
+    want = PRODUCE_BINARY_CONTENT_TYPE if body == "binary" else "application/json"
+    assert {kind for kind, _ in broker.raw} == {want}
+    for _, raw in broker.raw:
+        assert len(raw) <= 4096
+    for req in broker.requests:
+        assert sum(len(tp["records"]) for tp in req["topic_partitions"]) <= 10
     assert sum(len(v) for v in broker.records().values()) == 600
+
+
+def test_requests_fill_up_to_the_byte_bound(broker: FakeBroker) -> None:
+    """The bound is the body's real size: requests are not cut far below it."""
+    produce(config(broker.url, max_request_bytes=4096, max_in_flight=1), {0: ["x" * 100] * 400})
+    sizes = sorted(len(raw) for _, raw in broker.raw)
+    assert len(sizes) > 2 and sizes[-2] > 4096 - 110, sizes
+
+
+def test_flush_asks_the_broker_to_flush_what_it_sends(broker: FakeBroker, body: str) -> None:
+    """Requests that go because the buffer filled wait out the broker's batch
+    delay as usual; those that ``flush()`` sends ask for a flush now."""
+    with TaskProducer("t", config(broker.url, max_request_bytes=4096, max_in_flight=1)) as tp:
+        tp.add(["x" * 100] * 60, [0] * 60)  # past a quarter of the bound: a request goes from add()
+        tp.flush()
+    flags = [(raw[6:8] == b"\x00\x01") if kind == PRODUCE_BINARY_CONTENT_TYPE else json.loads(raw).get("flush", False)
+             for kind, raw in broker.raw]
+    assert len(flags) >= 2 and flags[0] is False and flags[-1] is True, flags
+
+
+def test_disjoint_partitions_fly_side_by_side_and_keep_their_order(broker: FakeBroker) -> None:
+    """Four lanes of two partitions each: four requests in flight at once
+    (the gate holds each until four have arrived), never two for one
+    partition, and every partition's records in the order they were added."""
+    arrived = threading.Barrier(4, timeout=10)
+    seen: list[set[int]] = []
+
+    def gate(req: dict) -> None:
+        with broker.lock:
+            seen.append({tp["partition"] for tp in req["topic_partitions"]})
+        if len(seen) <= 4:
+            arrived.wait()
+
+    broker.gate = gate
+    recs = {p: [f"{p}-{i}-" + "y" * 50 for i in range(300)] for p in range(8)}
+    with TaskProducer("t", config(broker.url, max_request_bytes=8192, max_in_flight=4)) as tp:
+        for i in range(300):  # interleaved, as rows of a task arrive
+            tp.add([recs[p][i] for p in range(8)], list(range(8)))
+        stats = tp.flush()
+    assert broker.max_concurrent == 4
+    assert all(not (a & b) for i, a in enumerate(seen[:4]) for b in seen[i + 1:4])
+    assert broker.records() == recs
+    assert stats.records_acked == 2400
+
+
+def test_arrow_columns_of_every_width_go_exactly(broker: FakeBroker) -> None:
+    values = ["é€😀", "", "plain", '"quoted"\n']
+    with TaskProducer("t", config(broker.url)) as tp:
+        tp.add(pa.array(values, pa.large_string()), [0, 1, 0, 1])
+        tp.add(pa.array([v.encode() for v in values], pa.large_binary()).slice(1, 2), [2, 2])
+        tp.add(pa.array(values).slice(2), [3, 3])
+        stats = tp.flush()
+    def as_text(r: str | dict) -> str:
+        return base64.b64decode(r["base64"]).decode() if isinstance(r, dict) else r
+
+    got = {p: [as_text(r) for r in rs] for p, rs in broker.records().items()}
+    assert got == {0: ["é€😀", "plain"], 1: ["", '"quoted"\n'], 2: ["", "plain"], 3: ["plain", '"quoted"\n']}
+    assert stats.bytes_acked == sum(len(v.encode()) for vs in got.values() for v in vs) == 42
 
 
 def test_a_record_larger_than_the_bound_goes_alone(broker: FakeBroker) -> None:
@@ -154,12 +263,14 @@ def test_a_record_larger_than_the_bound_goes_alone(broker: FakeBroker) -> None:
     assert [len(b["topic_partitions"][0]["records"]) for b in broker.requests] == [1, 1]
 
 
-def test_binary_records_go_as_base64(broker: FakeBroker) -> None:
-    frags, sizes = encode_binary_records([b"\x00\xff", b""])
+def test_binary_records_go_exactly(broker: FakeBroker, body: str) -> None:
     with TaskProducer("t", config(broker.url)) as tp:
-        tp.add([0, 0], frags, sizes)
+        tp.add([b"\x00\xff", b""], [0, 0])
         stats = tp.flush()
-    assert broker.requests[0]["topic_partitions"][0]["records"] == [{"base64": "AP8="}, {"base64": ""}]
+    got = broker.requests[0]["topic_partitions"][0]["records"]
+    # JSON carries every binary value as base64; the binary body carries the bytes (here shown
+    # as text when they are UTF-8, as the broker's JSON answer would).
+    assert got == ([{"base64": "AP8="}, {"base64": ""}] if body == "json" else [{"base64": "AP8="}, ""])
     assert stats.bytes_acked == 2
 
 
@@ -168,9 +279,14 @@ def test_text_records_keep_unicode_exactly(broker: FakeBroker) -> None:
     assert broker.requests[0]["topic_partitions"][0]["records"] == ["é€😀", '"quoted"\n']
 
 
-def test_null_record_is_an_error_not_a_drop() -> None:
-    with pytest.raises(ValueError, match="record 1 of the batch is null"):
-        encode_text_records(["a", None])
+def test_null_record_is_an_error_not_a_drop(broker: FakeBroker) -> None:
+    with TaskProducer("t", config(broker.url)) as tp:
+        with pytest.raises(ValueError, match="record 1 of the batch is null"):
+            tp.add(["a", None], [0, 0])
+        with pytest.raises(ValueError, match="partition -1 is below 0"):
+            tp.add(["a"], [-1])
+        assert tp.flush().records_acked == 0
+    assert broker.requests == []
 
 
 def test_503_back_pressure_is_retried_until_accepted(broker: FakeBroker) -> None:
@@ -309,5 +425,7 @@ def test_config_validation() -> None:
         parse_broker_list(" , ")
     with pytest.raises(ConfigError, match="max_request_bytes"):
         config("http://a:1", max_request_bytes=10)
+    with pytest.raises(ConfigError, match="body must be one of binary, json"):
+        config("http://a:1", body="xml")
     with pytest.raises(ConfigError, match="distinct"):
         parse_broker_list("http://a:1,http://a:1/")

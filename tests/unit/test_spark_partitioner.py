@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import random
 from collections import Counter
 
+import pyarrow as pa
 import pytest
 
-from server.spark._partitioner import KeyPartitioner, murmur2, partition_for_key, to_positive
+from server.spark._partitioner import KeyPartitioner, murmur2, murmur2_column, partition_for_key, to_positive
 
 # apache/kafka clients/src/test/java/org/apache/kafka/common/utils/UtilsTest.java, testMurmur2
 KAFKA_UTILS_TEST = {
@@ -77,3 +79,27 @@ def test_assign_mixes_keys_and_nulls() -> None:
 def test_partitions_must_be_positive() -> None:
     with pytest.raises(ValueError):
         KeyPartitioner(0)
+
+
+def test_column_murmur2_matches_kafkas_vectors_and_the_scalar_code() -> None:
+    """The vectorized hash over Arrow buffers: Kafka's vectors, then random
+    keys of every tail length, as string, binary, large and sliced columns."""
+    vectors = {**KAFKA_UTILS_TEST, **KAFKA_COMPAT_SHORT}
+    got = murmur2_column(pa.array(list(vectors), pa.binary())).astype("int64")
+    assert [h - (1 << 32) if h >= 1 << 31 else h for h in got.tolist()] == list(vectors.values())
+    rng = random.Random(7)
+    keys = [bytes(rng.randrange(256) for _ in range(rng.randrange(0, 41))) for _ in range(3000)]
+    want = [murmur2(k) & 0xFFFFFFFF for k in keys]
+    for col in (pa.array(keys, pa.binary()), pa.array(keys, pa.large_binary())):
+        assert murmur2_column(col).tolist() == want
+        assert murmur2_column(col.slice(17, 100)).tolist() == want[17:117]
+    text = ["é€" + str(i) for i in range(500)] + ["", "a"]
+    assert murmur2_column(pa.array(text)).tolist() == [murmur2(t.encode()) & 0xFFFFFFFF for t in text]
+    assert murmur2_column(pa.array([], pa.string())).tolist() == []
+
+
+def test_assign_column_is_assign_with_nulls_round_robin() -> None:
+    keys = ["foobar", None, "21", None, None, "é"] * 50
+    a, b = KeyPartitioner(7, start=3), KeyPartitioner(7, start=3)
+    assert a.assign_column(pa.array(keys)).tolist() == b.assign(keys)
+    assert a.spread_array(10).tolist() == b.spread(10)  # both continue the round-robin where it stopped
