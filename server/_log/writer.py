@@ -103,7 +103,7 @@ class LeaderlessLogWriter(Closeable):
         metadata_store: MetadataStore | None = None,
         object_store: ObjectStore | None = None,
         stores: Stores | None = None,
-        commit_parallelism: int = 16,
+        commit_parallelism: int = 64,
         max_reference_age_ms: int = 60_000,
     ) -> None:
         if commit_parallelism < 1:

@@ -130,6 +130,7 @@ _STORAGE = (
     _c("oxia_operations_total", "Oxia calls by operation and outcome (ok, conflict: a conditional write met "
        "another version, error)", "op", "outcome", op=_OXIA_OPS, outcome=("ok", "conflict", "error")),
     _h("oxia_operation_seconds", "Oxia call latency by operation", "op", op=_OXIA_OPS),
+    _h("oxia_write_batch_puts", "Puts per Oxia write request (concurrent puts share one)", buckets=COUNT_BUCKETS),
     _c("oxia_bytes_total", "Value bytes written to Oxia, by operation", "op"),
     _c("s3_operations_total", "S3 calls by operation and outcome (billing counts these)", "op", "outcome",
        op=_S3_OPS, outcome=_OUTCOMES),
