@@ -29,7 +29,7 @@ through ``retriable`` whether trying the same call again can help::
     │   ├── MetadataStoreError         Oxia: unavailable, timeout, unexpected status (retriable)
     │   └── ObjectStoreError           S3: unavailable, timeout, access denied ...
     │       ├── ObjectNotFound         the object (or bucket) does not exist
-    │       └── S3GetError             (_storage/s3_get.py) the lean GET's failure, translated by the
+    │       └── LeanS3Error             (_storage/s3_lean.py) the lean GET's failure, translated by the
     │                                  S3 adapter before it leaves the storage layer
     └── ProduceError                   (spark/_produce_errors.py) the Spark produce client's errors
         ├── ProduceFailed              a batch could not be acknowledged (non-retriable answer or

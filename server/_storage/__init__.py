@@ -2,7 +2,7 @@
 
 ``metastore`` (metadata-store Protocol, Oxia adapter, in-memory fake),
 ``objectstore`` (object-store Protocol, S3 adapter, in-memory fake),
-``s3_get`` (lean SigV4 GET), ``oxia_compat`` (fixes for the oxia client),
+``s3_lean`` (lean SigV4 GET and PUT), ``oxia_compat`` (fixes for the oxia client),
 ``stores`` (opening and closing both). Imports ``server._protocol`` and the
 foundations, nothing above.
 """

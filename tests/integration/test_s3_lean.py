@@ -1,16 +1,19 @@
-"""The lean S3 GET (server/_storage/s3_get.py) against the real S3 server: same bytes
-as boto3, same errors through S3ObjectStore, retried on a fresh connection."""
+"""The lean S3 GET and PUT (server/_storage/s3_lean.py) against the real S3 server:
+same bytes as boto3 both ways, the PUT's CRC-32 checked by the server, same
+errors through S3ObjectStore, retried on a fresh connection."""
 
 from __future__ import annotations
 
+import base64
 import uuid
+import zlib
 
 import pytest
 
 from server._config import S3Config
 from server._errors import ObjectNotFound, ObjectStoreError
 from server._storage.objectstore import S3ObjectStore
-from server._storage.s3_get import S3GetError, S3Getter, SigV4Signer
+from server._storage.s3_lean import LeanS3Error, LeanS3Client, SigV4Signer
 
 pytestmark = pytest.mark.integration
 
@@ -18,7 +21,7 @@ pytestmark = pytest.mark.integration
 @pytest.fixture
 def s3(llog_env):
     store = S3ObjectStore(S3Config.from_env(llog_env))
-    assert store._getter is not None, "an explicit endpoint with static keys takes the lean path"
+    assert store._lean is not None, "an explicit endpoint with static keys takes the lean path"
     yield store
     store.close()
 
@@ -39,6 +42,32 @@ def test_same_bytes_as_boto3_whole_and_ranges(s3, s3_config, name):
         got = s3.get(bucket, key, (start, length))
         assert got == data[start:start + length] == _boto_get(s3, bucket, key, f"bytes={start}-{start + length - 1}")
     assert s3.get(bucket, key, (10, 0)) == b""
+
+
+@pytest.mark.parametrize("size", [0, 1, 8 * 1024 * 1024 + 3])
+def test_lean_put_stores_what_boto3_reads_back(s3, s3_config, size):
+    bucket = s3_config.require_bucket()
+    key = f"test-s3-put/{uuid.uuid4().hex}/ключ with space"
+    data = bytes((i * 31) & 0xFF for i in range(min(size, 4096))) * (size // 4096 + 1)
+    data = data[:size]
+    s3.put(bucket, key, data)
+    assert _boto_get(s3, bucket, key) == data
+    head = s3._client.head_object(Bucket=bucket, Key=key, ChecksumMode="ENABLED")
+    assert head["ContentLength"] == size
+    assert head.get("ChecksumCRC32") == base64.b64encode(zlib.crc32(data).to_bytes(4, "big")).decode()
+
+
+def test_a_put_whose_checksum_does_not_match_is_refused_and_stores_nothing(s3, s3_config):
+    """The server checks the CRC-32 header against the bytes it received."""
+    bucket = s3_config.require_bucket()
+    key = f"test-s3-put/{uuid.uuid4().hex}"
+    wrong = base64.b64encode(zlib.crc32(b"other").to_bytes(4, "big")).decode()
+    with pytest.raises(LeanS3Error) as info:
+        s3._lean._send("PUT", s3._lean._path(bucket, key),
+                       {"content-length": "5", "x-amz-checksum-crc32": wrong}, b"bytes", (200,))
+    assert info.value.status == 400
+    with pytest.raises(ObjectNotFound):
+        s3.get(bucket, key)
 
 
 def test_missing_object_and_bucket_are_object_not_found(s3, s3_config):
@@ -74,13 +103,13 @@ def test_a_dropped_keep_alive_connection_is_replaced(s3_config, llog_env):
     store = S3ObjectStore(s3_config)
     store.put(bucket, key, b"hello")
     store.close()
-    getter = S3Getter(s3_config.endpoint_url, SigV4Signer(
+    getter = LeanS3Client(s3_config.endpoint_url, SigV4Signer(
         s3_config.access_key_id, s3_config.secret_access_key, s3_config.region_name or "us-east-1"))
     try:
         assert getter.get(bucket, key) == b"hello"
         getter._local.conn.sock.close()  # the server (or a NAT) dropped the idle connection
         assert getter.get(bucket, key, (1, 3)) == b"ell"
-        with pytest.raises(S3GetError) as info:
+        with pytest.raises(LeanS3Error) as info:
             getter.get(bucket, key + "-missing")
         assert (info.value.status, info.value.code) == (404, "NoSuchKey")
     finally:

@@ -1,4 +1,4 @@
-"""SigV4 signing of the lean S3 GET (server/_storage/s3_get.py), pinned by AWS's
+"""SigV4 signing of the lean S3 GET (server/_storage/s3_lean.py), pinned by AWS's
 published example and cross-checked against botocore's own signer."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import hashlib
 
 import pytest
 
-from server._storage.s3_get import S3Getter, SigV4Signer
+from server._storage.s3_lean import LeanS3Client, SigV4Signer
 
 AWS_EXAMPLE = SigV4Signer("AKIAIOSFODNN7EXAMPLE", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "us-east-1")
 WHEN = datetime.datetime(2013, 5, 24, tzinfo=datetime.timezone.utc)
@@ -55,4 +55,4 @@ def test_secret_is_not_in_repr():
 
 def test_endpoint_must_be_http():
     with pytest.raises(ValueError, match="http"):
-        S3Getter("ftp://x", AWS_EXAMPLE)
+        LeanS3Client("ftp://x", AWS_EXAMPLE)
