@@ -33,6 +33,7 @@ from .._errors import (
 )
 from .._protocol.keys import validate_topic
 from .._protocol.structs import AppendResult, SharedAppendGroup
+from .record_spans import RecordSpan
 
 __all__ = [
     "InvalidField",
@@ -334,9 +335,19 @@ class ConsumedPartition:
     """Where the next request continues: one past the last record returned."""
     high_watermark: int | None
     """Last offset known to exist when the answer was built (None: unknown, on some errors)."""
-    records: tuple[tuple[int, bytes], ...] = ()
+    spans: tuple[RecordSpan, ...] = ()
+    """The records, consecutive from ``fetch_offset``."""
     payload_bytes: int = 0
     error: LlogError | None = None
+
+    @property
+    def records(self) -> tuple[tuple[int, bytes], ...]:
+        """``(offset, payload)`` per record."""
+        return tuple(item for span in self.spans for item in span.items())
+
+    @property
+    def record_count(self) -> int:
+        return sum(span.count for span in self.spans)
 
 
 LOG_START_OFFSET = 1

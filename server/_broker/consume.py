@@ -71,7 +71,8 @@ from .codec import (
     ConsumeRequest,
 )
 from .consume_storage import Fetch, StorageReads
-from .tail_cache import HIT, TAIL, NullTailCache, TailCache, TailSignals, take_records
+from .record_spans import RecordSpan, take_records
+from .tail_cache import HIT, TAIL, NullTailCache, TailCache, TailSignals
 
 __all__ = ["BrokerConsumeService", "ConsumeResult"]
 
@@ -160,7 +161,7 @@ class BrokerConsumeService:
                 self.metrics.inc("consume_wakeups_total")
                 notified = waiter.take_notified()
                 todo = [f for f in fetches if f.active and f.tp in notified]
-            stuck = [f for f in fetches if f.deferred and f.active and not f.records]
+            stuck = [f for f in fetches if f.deferred and f.active and not f.spans]
             if out_of_time and stuck:
                 # Out of time while waiting for our own flush to reach the
                 # cache: read what Oxia has rather than answer "empty".
@@ -193,13 +194,13 @@ class BrokerConsumeService:
                 fetch_offset=f.req.fetch_offset,
                 next_fetch_offset=f.next_offset,
                 high_watermark=f.hw,
-                records=tuple(f.records),
+                spans=tuple(f.spans),
                 payload_bytes=f.nbytes,
                 error=f.error,
             )
             for f in fetches
         )
-        count = sum(len(f.records) for f in fetches)
+        count = sum(s.count for f in fetches for s in f.spans)
         nbytes = sum(f.nbytes for f in fetches)
         self.metrics.inc("consume_records_total", count)
         self.metrics.inc("consume_payload_bytes_total", nbytes)
@@ -224,7 +225,7 @@ class BrokerConsumeService:
         """``(limit, first_limit)`` for :func:`take_records` (see the module doc)."""
         left_total = request.max_bytes - total
         limit = max(0, min(left_total, f.req.partition_max_bytes - f.nbytes))
-        if f.records:
+        if f.spans:
             return limit, limit
         if total == 0:
             return limit, None
@@ -235,7 +236,7 @@ class BrokerConsumeService:
         hand out the byte budget in request order, so the answer does not
         depend on which partitions the cache could serve."""
         total = sum(f.nbytes for f in fetches)
-        candidates: dict[int, list[tuple[int, bytes]]] = {}
+        candidates: dict[int, list[RecordSpan]] = {}
         claims: list[Fetch] = []
         storage: list[Fetch] = []
         for f in todo:
@@ -246,11 +247,11 @@ class BrokerConsumeService:
             look = self.cache.lookup(f.tp, f.next_offset, f.req.partition_max_bytes - f.nbytes, None)
             self.metrics.inc("tail_cache_lookups_total", result=look.kind)
             if look.kind == HIT:
-                candidates[id(f)] = look.records
+                candidates[id(f)] = look.spans
                 f.see_hw(look.high_watermark)
             elif look.kind == TAIL:
                 f.see_hw(look.high_watermark)
-                if f.records:
+                if f.spans:
                     continue
                 if f.deferred:
                     if not self._local_pending(f.tp):
@@ -268,7 +269,7 @@ class BrokerConsumeService:
                 # we asked (a cheap second look before reading S3).
                 look = self.cache.lookup(f.tp, f.next_offset, f.req.partition_max_bytes - f.nbytes, None)
                 if look.kind == HIT:
-                    candidates[id(f)] = look.records
+                    candidates[id(f)] = look.spans
                     f.see_hw(look.high_watermark)
                 else:
                     storage.append(f)
@@ -281,7 +282,7 @@ class BrokerConsumeService:
         self._assign(parts, self._storage.read(parts, request.max_bytes - total), total, request)
 
     def _assign(
-        self, todo: Sequence[Fetch], candidates: dict[int, list[tuple[int, bytes]]], total: int,
+        self, todo: Sequence[Fetch], candidates: dict[int, list[RecordSpan]], total: int,
         request: ConsumeRequest,
     ) -> None:
         """Hand out the byte budget to the candidates in request order."""
@@ -289,8 +290,8 @@ class BrokerConsumeService:
             got = candidates.get(id(f))
             if got and f.active:
                 limit, first_limit = self._budget(f, total, request)
-                records, nbytes = take_records(got, limit, first_limit)
-                f.take(records, nbytes)
+                spans, nbytes = take_records(got, limit, first_limit)
+                f.take(spans, nbytes)
                 total += nbytes
 
     def _validate(self, claims: list[Fetch]) -> list[Fetch]:

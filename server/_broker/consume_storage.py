@@ -14,9 +14,11 @@ from typing import Any, Callable, Iterable
 
 from .._errors import LlogError, ObjectNotFound
 from .._log.reader import LeaderlessLogReader, ResolvedBatch
+from .._protocol.codec import BatchBounds, decode_batch_bounds
 from .._protocol.keys import PartitionKeys, TopicPartition
 from .._metrics import LlogMetrics
 from .codec import ConsumePartition
+from .record_spans import RecordSpan
 
 __all__ = ["Fetch", "StorageReads", "MAX_BATCHES_PER_PARTITION"]
 
@@ -33,7 +35,8 @@ class Fetch:
     req: ConsumePartition
     tp: TopicPartition
     next_offset: int
-    records: list[tuple[int, bytes]] = field(default_factory=list)
+    spans: list[RecordSpan] = field(default_factory=list)
+    """The records taken so far, in offset order from ``req.fetch_offset``."""
     nbytes: int = 0
     hw: int | None = None
     error: LlogError | None = None
@@ -51,7 +54,7 @@ class Fetch:
     def fail(self, exc: LlogError) -> None:
         """A partition that already has records keeps them and stops (the
         error shows on the next request); otherwise it answers the error."""
-        if self.records:
+        if self.spans:
             self.stopped = True
         else:
             self.error = exc
@@ -60,11 +63,11 @@ class Fetch:
         if hw is not None and (self.hw is None or hw > self.hw):
             self.hw = hw
 
-    def take(self, records: list[tuple[int, bytes]], nbytes: int) -> None:
-        if records:
-            self.records += records
+    def take(self, spans: list[RecordSpan], nbytes: int) -> None:
+        if spans:
+            self.spans += spans
             self.nbytes += nbytes
-            self.next_offset = records[-1][0] + 1
+            self.next_offset = spans[-1].last + 1
 
 
 MapFn = Callable[[Callable[[Any], Any], list], list]
@@ -79,7 +82,7 @@ class StorageReads:
         self.metrics = metrics
         self._map = map_fn
 
-    def read(self, parts: list[Fetch], left_total: int) -> dict[int, list[tuple[int, bytes]]]:
+    def read(self, parts: list[Fetch], left_total: int) -> dict[int, list[RecordSpan]]:
         """Candidate records of ``parts`` from Oxia and S3, keyed by ``id(fetch)``."""
         budgets = [
             0 if left_total <= 0 else max(1, min(left_total, f.req.partition_max_bytes - f.nbytes))
@@ -111,11 +114,12 @@ class StorageReads:
             items += [(keys, b) for b in batches]
             owners += [f] * len(batches)
             planned.append((f, batches))
-        payloads = self._fetch(items, owners)
-        by_batch = {id(b): p for (_, b), p in zip(items, payloads)}
+        reread: dict[int, list[RecordSpan]] = {}
+        decoded = self._fetch(items, owners, reread)
+        by_batch = {id(b): d for (_, b), d in zip(items, decoded)}
         self.metrics.inc("consume_storage_reads_total", len(planned))
         return {
-            id(f): list(self._records(f, batches, by_batch))
+            id(f): reread[id(f)] if id(f) in reread else list(self._spans(f, batches, by_batch))
             for f, batches in planned
             if batches and f.active
         }
@@ -136,19 +140,24 @@ class StorageReads:
         return hw, batches
 
     def _fetch(
-        self, items: list[tuple[PartitionKeys, ResolvedBatch]], owners: list[Fetch]
-    ) -> list[list[bytes] | None]:
-        """Every batch's payloads: one ``fetch_many`` per blob (so slices of one
+        self, items: list[tuple[PartitionKeys, ResolvedBatch]], owners: list[Fetch],
+        reread: dict[int, list[RecordSpan]],
+    ) -> list[BatchBounds | None]:
+        """Every batch's records: one ``fetch_many`` per blob (so slices of one
         shared blob wanted by several partitions cost one range GET), blobs in
         parallel. When a blob fails, its partitions are retried one by one so
-        one bad partition does not fail the others."""
-        out: list[list[bytes] | None] = [None] * len(items)
+        one bad partition does not fail the others; a partition whose WAL
+        object is gone is read anew into ``reread`` (by ``id(fetch)``)."""
+        fetch_many = self.reader.fetch_many
+        out: list[BatchBounds | None] = [None] * len(items)
         by_blob: dict[str, list[int]] = {}
         for i, (_, batch) in enumerate(items):
             by_blob.setdefault(batch.entry.data_key, []).append(i)
         groups = list(by_blob.values())
         failed: list[int] = []
-        for idxs, got in zip(groups, self._map(lambda g: self.reader.fetch_many([items[i] for i in g]), groups)):
+        for idxs, got in zip(
+            groups, self._map(lambda g: fetch_many([items[i] for i in g], decode_batch_bounds), groups)
+        ):
             if isinstance(got, LlogError):
                 failed += idxs
                 continue
@@ -160,50 +169,46 @@ class StorageReads:
         for idxs in by_owner.values():
             f = owners[idxs[0]]
             try:
-                got = self.reader.fetch_many([items[i] for i in idxs])
+                got = fetch_many([items[i] for i in idxs], decode_batch_bounds)
             except ObjectNotFound:
                 # The WAL object was vacuumed after a compaction: the reader's
                 # own scan resolves the compacted entry that covers it.
-                got = self._reread(f, [items[i][1] for i in idxs])
+                end = max(items[i][1].end_offset for i, o in enumerate(owners) if o is f)
+                spans = self._reread(f, end)
+                if spans is not None:
+                    reread[id(f)] = spans
+                continue
             except LlogError as exc:
                 f.fail(exc)
                 continue
-            if got is None:
-                continue
-            for i, payloads in zip(idxs, got):
-                out[i] = payloads
+            for i, bounds in zip(idxs, got):
+                out[i] = bounds
         return out
 
-    def _reread(self, f: Fetch, batches: list[ResolvedBatch]) -> list[list[bytes]] | None:
-        """Payload lists for ``batches`` read through ``iter_from``. Only the
-        slots from ``f.next_offset`` on are read by ``_records``; the slots
-        before it are placeholders."""
+    def _reread(self, f: Fetch, end: int) -> list[RecordSpan] | None:
+        """``f``'s records from ``f.next_offset`` through ``end``, read
+        through ``iter_runs`` (a scan of the index as it is now)."""
         try:
-            end = batches[-1].end_offset
-            got = {r.offset: r.payload for r in self.reader.iter_from(f.tp.topic, f.tp.partition, f.next_offset, end)}
+            return [
+                RecordSpan(run.first, run.records, run.first - run.base_offset, run.last - run.base_offset + 1)
+                for run in self.reader.iter_runs(
+                    f.tp.topic, f.tp.partition, f.next_offset, end, decode=decode_batch_bounds
+                )
+            ]
         except LlogError as exc:
             f.fail(exc)
             return None
-        out: list[list[bytes]] = []
-        for b in batches:
-            wanted = range(max(b.start_offset, f.next_offset), b.end_offset + 1)
-            if not all(off in got for off in wanted):
-                out.append([])  # _records stops at an empty batch
-                continue
-            out.append([got.get(off, b"") for off in range(b.start_offset, b.end_offset + 1)])
-        return out
 
     @staticmethod
-    def _records(
-        f: Fetch, batches: list[ResolvedBatch], by_batch: dict[int, list[bytes] | None]
-    ) -> Iterable[tuple[int, bytes]]:
+    def _spans(
+        f: Fetch, batches: list[ResolvedBatch], by_batch: dict[int, BatchBounds | None]
+    ) -> Iterable[RecordSpan]:
         expected = f.next_offset
         for b in batches:
-            payloads = by_batch.get(id(b))
-            if not payloads or b.start_offset > expected:
+            bounds = by_batch.get(id(b))
+            if not bounds or b.start_offset > expected:
                 return
-            for off in range(max(expected, b.start_offset), b.end_offset + 1):
-                yield off, payloads[off - b.start_offset]
+            yield RecordSpan.whole(b.start_offset, bounds).since(expected)
             expected = b.end_offset + 1
 
 

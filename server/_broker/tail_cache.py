@@ -43,9 +43,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Iterable, NamedTuple, Protocol, Sequence
 
-from .._protocol.codec import EncodedRecords
 from .._protocol.keys import TopicPartition
 from .._metrics import LlogMetrics
+from .record_spans import RecordSpan, spans_of, take_records
 
 __all__ = [
     "HIT",
@@ -59,12 +59,10 @@ __all__ = [
     "MemoryTailCache",
     "CacheRun",
     "place_slice",
-    "take_records",
     "answer_without_records",
 ]
 
 HIT, TAIL, MISS = "hit", "tail", "miss"
-MAX_RECORDS_PER_LOOKUP = 100_000
 
 
 class CacheLookup(NamedTuple):
@@ -74,8 +72,13 @@ class CacheLookup(NamedTuple):
     """HIT, TAIL or MISS."""
     high_watermark: int | None = None
     """The cache's high watermark for the partition (HIT and TAIL)."""
-    records: list[tuple[int, bytes]] = []
-    """``(offset, payload)`` from the asked offset on (HIT; may be empty when limits allow nothing)."""
+    spans: list[RecordSpan] = []
+    """The records from the asked offset on (HIT; may be empty when limits allow nothing)."""
+
+    @property
+    def records(self) -> list[tuple[int, bytes]]:
+        """``(offset, payload)`` per record of ``spans``."""
+        return [item for span in self.spans for item in span.items()]
 
 
 def answer_without_records(base: int, hw: int, offset: int) -> CacheLookup | None:
@@ -88,26 +91,6 @@ def answer_without_records(base: int, hw: int, offset: int) -> CacheLookup | Non
     if offset < base or offset > hw:
         return CacheLookup(MISS, hw)
     return None
-
-
-def take_records(
-    items: Iterable[tuple[int, bytes]], limit: int, first_limit: int | None
-) -> tuple[list[tuple[int, bytes]], int]:
-    """Records while their payload bytes stay within ``limit``; the first one
-    may instead be up to ``first_limit`` (None: any size), so a record larger
-    than the limit is still returned alone. Returns ``(records, bytes)``."""
-    out: list[tuple[int, bytes]] = []
-    total = 0
-    for off, payload in items:
-        size = len(payload)
-        if out:
-            if total + size > limit or len(out) >= MAX_RECORDS_PER_LOOKUP:
-                break
-        elif size > limit and first_limit is not None and size > first_limit:
-            break
-        out.append((off, payload))
-        total += size
-    return out, total
 
 
 # -- wake-ups ----------------------------------------------------------------------
@@ -269,7 +252,7 @@ class _Segment:
     start: int
     end: int
     nbytes: int
-    payloads: Sequence[bytes] = ()
+    spans: Sequence[RecordSpan] = ()
     dropped: bool = False
 
 
@@ -329,28 +312,27 @@ class MemoryTailCache:
         return self._bytes
 
     def publish(self, tp: TopicPartition, start_offset: int, payloads: Sequence[bytes]) -> None:
-        # EncodedRecords (a binary produce body) are kept as they are: slicing
-        # every record out here would cost the flusher thread, which runs
-        # this, what the binary body saved; lookups slice what they return.
-        if not isinstance(payloads, EncodedRecords):
-            payloads = tuple(payloads)
-        if payloads:
+        # Held as record spans: EncodedRecords (a binary produce body) as they
+        # are, since slicing every record out here would cost the flusher
+        # thread, which runs this, what the binary body saved; other payloads
+        # packed once, so lookups and answers never handle single records.
+        if len(payloads):
+            spans = spans_of(start_offset, payloads)
             with self._lock:
-                self._insert(tp, start_offset, payloads)
+                self._insert(tp, start_offset, spans)
                 self._evict()
                 self._metrics.set_gauge("tail_cache_bytes", self._bytes)
             self._metrics.inc("tail_cache_published_records_total", len(payloads))
         self.signals.notify(tp)
 
-    def _insert(self, tp: TopicPartition, start: int, payloads: Sequence[bytes]) -> None:
-        end = start + len(payloads) - 1
+    def _insert(self, tp: TopicPartition, start: int, spans: list[RecordSpan]) -> None:
+        end = spans[-1].last
         run = self._runs.get(tp)
         action, keep_start, keep_end = place_slice(run, start, end)
         if action == "ignore":
             return
-        kept = payloads[keep_start - start:] if keep_start > start else payloads
-        nbytes = kept.payload_bytes if isinstance(kept, EncodedRecords) else sum(len(p) for p in kept)
-        seg = _Segment(keep_start, keep_end, nbytes, kept)
+        kept = [s.since(keep_start) for s in spans if s.last >= keep_start]
+        seg = _Segment(keep_start, keep_end, sum(s.payload_bytes for s in kept), kept)
         if action == "reset" or run is None:
             if run is not None:
                 self._drop(run, len(run.segments))
@@ -402,14 +384,8 @@ class MemoryTailCache:
             segments = run.segments[i:]
             hw = run.hw
 
-        def items() -> Iterable[tuple[int, bytes]]:
-            for seg in segments:
-                first = max(offset, seg.start)
-                for k in range(first - seg.start, len(seg.payloads)):
-                    yield seg.start + k, seg.payloads[k]
-
-        records, _ = take_records(items(), limit, first_limit)
-        return CacheLookup(HIT, hw, records)
+        spans = (s.since(offset) for seg in segments for s in seg.spans if s.last >= offset)
+        return CacheLookup(HIT, hw, take_records(spans, limit, first_limit)[0])
 
     def watch_token(self, tp: TopicPartition) -> object:
         return None

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Iterable, NamedTuple, Sequence
 
 from .._errors import CorruptBatch
-from .._protocol.codec import EncodedRecords, decode_batch, encode_batch
+from .._protocol.codec import EncodedRecords, decode_batch_bounds, encode_batch
 from .._protocol.keys import TopicPartition
 from .._metrics import LlogMetrics
 from .._config import OxiaConfig
@@ -58,8 +58,8 @@ from .tail_cache import (
     TailSignals,
     answer_without_records,
     place_slice,
-    take_records,
 )
+from .record_spans import RecordSpan, take_records
 
 __all__ = ["FileTailCache", "namespace_key", "make_tail_cache"]
 
@@ -305,7 +305,7 @@ class FileTailCache:
             return answer
         failed: list[bool] = []
 
-        def items() -> Iterable[tuple[int, bytes]]:
+        def spans() -> Iterable[RecordSpan]:
             expected = state.base
             for s, e, _ in state.segments:
                 if s != expected:
@@ -316,21 +316,20 @@ class FileTailCache:
                     continue
                 try:
                     data = (pdir / _segment_name(s, e)).read_bytes()
-                    payloads = decode_batch(data, expected_count=e - s + 1)
+                    bounds = decode_batch_bounds(data, expected_count=e - s + 1)
                 except (OSError, CorruptBatch):
                     # Evicted or damaged meanwhile: what was read is still exact.
                     self._metrics.inc("tail_cache_errors_total", op="read_segment")
                     failed.append(True)
                     return
-                for k in range(max(offset, s) - s, len(payloads)):
-                    yield s + k, payloads[k]
+                yield RecordSpan.whole(s, bounds).since(offset)
             if expected <= state.hw:
                 failed.append(True)
 
-        records, _ = take_records(items(), limit, first_limit)
-        if not records and failed:
+        taken, _ = take_records(spans(), limit, first_limit)
+        if not taken and failed:
             return CacheLookup(MISS, state.hw)
-        return CacheLookup(HIT, state.hw, records)
+        return CacheLookup(HIT, state.hw, taken)
 
     def watch_token(self, tp: TopicPartition) -> object:
         try:

@@ -233,15 +233,18 @@ class LeaderlessLogReader(Closeable):
                 data = self._slice_shared(keys, data)
         return self._decode(keys, batch, data, decode)
 
-    def fetch_many(self, items: Sequence[tuple[PartitionKeys, ResolvedBatch]]) -> list[list[bytes]]:
-        """Decode many batches with as few S3 GETs as possible.
+    def fetch_many(
+        self, items: Sequence[tuple[PartitionKeys, ResolvedBatch]], decode: BatchDecoder = decode_batch
+    ) -> list:
+        """Decode many batches with as few S3 GETs as possible (each a list of
+        payloads by default, or what ``decode`` makes of it).
 
         Slices of one blob that lie within ``MERGE_GAP_BYTES`` of each other
         are fetched with a single range GET spanning them (the slices of one
         flush sit side by side in its shared blob); entries without a byte
         range share one whole-object GET per blob. Results are in input order.
         """
-        out: list[list[bytes] | None] = [None] * len(items)
+        out: list = [None] * len(items)
         by_blob: dict[str, list[int]] = {}
         for i, (_, batch) in enumerate(items):
             by_blob.setdefault(batch.entry.data_key, []).append(i)
@@ -254,17 +257,18 @@ class LeaderlessLogReader(Closeable):
                 for i in whole:
                     keys, batch = items[i]
                     data = self._slice_shared(keys, blob) if blob[:4] == SHARED_MAGIC else blob
-                    out[i] = self._decode(keys, batch, data)
+                    out[i] = self._decode(keys, batch, data, decode)
             ranged.sort(key=lambda i: items[i][1].entry.byte_offset)
             run: list[int] = []
             for i in ranged + [-1]:
                 if run and (i == -1 or items[i][1].entry.byte_offset - self._run_end(items, run) > MERGE_GAP_BYTES):
                     start = items[run[0]][1].entry.byte_offset
-                    data = self._objects.get(bucket, key, (start, self._run_end(items, run) - start))
+                    # A view: each batch is decoded in place, not copied out of the range.
+                    data = memoryview(self._objects.get(bucket, key, (start, self._run_end(items, run) - start)))
                     for j in run:
                         keys, batch = items[j]
                         off = batch.entry.byte_offset - start
-                        out[j] = self._decode(keys, batch, data[off:off + batch.entry.byte_length])
+                        out[j] = self._decode(keys, batch, data[off:off + batch.entry.byte_length], decode)
                     run = []
                 if i != -1:
                     run.append(i)
@@ -274,7 +278,9 @@ class LeaderlessLogReader(Closeable):
     def _run_end(items: Sequence[tuple[PartitionKeys, ResolvedBatch]], run: list[int]) -> int:
         return max(items[j][1].entry.byte_offset + items[j][1].entry.byte_length for j in run)
 
-    def _decode(self, keys: PartitionKeys, batch: ResolvedBatch, data: bytes, decode: BatchDecoder = decode_batch):
+    def _decode(
+        self, keys: PartitionKeys, batch: ResolvedBatch, data: bytes | memoryview, decode: BatchDecoder = decode_batch
+    ):
         if batch.entry.encoding != BATCH_ENCODING:
             raise CorruptBatch(
                 f"unsupported encoding {batch.entry.encoding!r}",

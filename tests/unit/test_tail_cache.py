@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from server._broker.record_spans import spans_of, take_records
 from server._broker.tail_cache import (
     HIT,
     MISS,
@@ -15,7 +16,6 @@ from server._broker.tail_cache import (
     MemoryTailCache,
     NullTailCache,
     TailSignals,
-    take_records,
 )
 from server._broker.tail_cache_file import FileTailCache, namespace_key
 from server._errors import InvalidRequest
@@ -59,13 +59,45 @@ def publish(cache, tp, start, payloads) -> None:
 # -- take_records ----------------------------------------------------------------------
 
 
+def _taken(spans, limit: int, first_limit: int | None) -> tuple[list[tuple[int, bytes]], int]:
+    got, nbytes = take_records(spans, limit, first_limit)
+    return [item for span in got for item in span.items()], nbytes
+
+
 def test_take_records_limits_and_oversized_first() -> None:
     items = [(1, b"x" * 40), (2, b"y" * 40), (3, b"z" * 40)]
-    assert take_records(items, 100, 100) == (items[:2], 80)
-    assert take_records(items, 30, 30) == ([], 0)  # first too big for both limits
-    assert take_records(items, 30, 50) == (items[:1], 40)  # first fits the larger first limit
-    assert take_records(items, 0, None) == (items[:1], 40)  # nothing in the response yet: any size
-    assert take_records([], 10, None) == ([], 0)
+    spans = spans_of(1, [p for _, p in items])
+    assert _taken(spans, 100, 100) == (items[:2], 80)
+    assert _taken(spans, 30, 30) == ([], 0)  # first too big for both limits
+    assert _taken(spans, 30, 50) == (items[:1], 40)  # first fits the larger first limit
+    assert _taken(spans, 0, None) == (items[:1], 40)  # nothing in the response yet: any size
+    assert _taken([], 10, None) == ([], 0)
+    # Across spans: the budget carries over; a span is cut inside, and nothing follows the cut.
+    split = spans_of(1, [b"a" * 10, b"b" * 20]) + spans_of(3, [b"c" * 30, b"d"])
+    assert _taken(split, 60, None) == ([(1, b"a" * 10), (2, b"b" * 20), (3, b"c" * 30)], 60)
+    assert _taken(split, 59, None) == ([(1, b"a" * 10), (2, b"b" * 20)], 30)
+    assert _taken([s.since(2) for s in split[:1]] + split[1:], 5, None) == ([(2, b"b" * 20)], 20)
+
+
+@pytest.mark.parametrize("sizes", [[], [0], [0, 0, 5], [3, 0, 7, 1, 0, 12], [100] * 9])
+def test_take_records_matches_a_record_by_record_walk(sizes: list[int]) -> None:
+    """The binary search gives what adding one record at a time gives, for
+    every limit, with and without a first-record allowance, from every offset."""
+    payloads = [bytes([65 + i]) * n for i, n in enumerate(sizes)]
+    for start in range(1, len(payloads) + 2):
+        spans = [s.since(start) for s in spans_of(1, payloads) if s.last >= start]
+        rest = list(enumerate(payloads, 1))[start - 1:]
+        for limit in range(0, sum(sizes) + 3):
+            for first_limit in (None, limit, limit + 50):
+                want, total = [], 0
+                for off, p in rest:
+                    if want and total + len(p) > limit:
+                        break
+                    if not want and len(p) > limit and first_limit is not None and len(p) > first_limit:
+                        break
+                    want.append((off, p))
+                    total += len(p)
+                assert _taken(spans, limit, first_limit) == (want, total), (start, limit, first_limit)
 
 
 # -- memory ------------------------------------------------------------------------------
