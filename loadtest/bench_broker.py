@@ -18,8 +18,9 @@ Uses the stack named by LLOG_* in the environment, or starts a private local
 stack (Oxia + MinIO) in a temporary directory when LLOG_OXIA_SERVICE_ADDRESS
 is not set. Figures only; nothing here asserts a speed.
 
-    python -m loadtest.bench_broker --seconds 8                 # binary produce bodies
+    python -m loadtest.bench_broker --seconds 8                 # binary produce bodies and consume answers
     python -m loadtest.bench_broker --seconds 8 --body json     # JSON produce bodies
+    python -m loadtest.bench_broker --consume-body json         # JSON consume answers (phases 4-5)
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from pathlib import Path
 
 from loadtest._common import Broker, put_bandwidth, run_threads, stack_env
 from server._broker.binary import PRODUCE_BINARY_CONTENT_TYPE, encode_binary_produce
+from server._broker.consume_binary import CONSUME_BINARY_CONTENT_TYPE, parse_binary_consume
 from typing import Any, Callable
 
 MIB = 1024 * 1024
@@ -63,6 +65,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batch-max-bytes", type=int, default=8 * MIB, help="LLOG_BATCH_MAX_BYTES (default 8 MiB)")
     p.add_argument("--body", choices=("json", "binary"), default="binary",
                    help="produce body of phases 1-2: binary (application/vnd.llog.produce.v1, default) or json")
+    p.add_argument("--consume-body", choices=("json", "binary"), default="binary",
+                   help="consume answer of phases 4-5: binary (Accept: application/vnd.llog.consume.v1, default) or json")
     p.add_argument("--json", type=Path, help="also write the figures to this JSON file")
     return p.parse_args(argv)
 
@@ -85,8 +89,13 @@ class Client:
     def __init__(self, port: int) -> None:
         self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
 
-    def post(self, path: str, body: bytes, content_type: str = "application/json") -> tuple[int, bytes]:
-        self.conn.request("POST", path, body=body, headers={"Content-Type": content_type})
+    def post(
+        self, path: str, body: bytes, content_type: str = "application/json", accept: str | None = None,
+    ) -> tuple[int, bytes]:
+        headers = {"Content-Type": content_type}
+        if accept:
+            headers["Accept"] = accept
+        self.conn.request("POST", path, body=body, headers=headers)
         resp = self.conn.getresponse()
         return resp.status, resp.read()
 
@@ -298,10 +307,12 @@ def e2e_phase(args: argparse.Namespace, port: int, topic: str) -> dict[str, floa
 
 def consume_phase(
     port: int, topic: str, ranges: dict[int, tuple[int, int]], seconds: float, consumers: int = 4,
-    max_bytes: int = 8 * MIB,
+    max_bytes: int = 8 * MIB, answer: str = "binary",
 ) -> dict[str, float]:
     """Read ``ranges`` (partition -> [first, last]) with ``consumers`` threads,
-    for at most ``seconds``."""
+    for at most ``seconds``; ``answer`` is the consume answer asked for
+    (``binary``: parsed and checked, CRCs included; ``json``)."""
+    accept = CONSUME_BINARY_CONTENT_TYPE if answer == "binary" else None
     deadline = time.monotonic() + seconds
     parts = sorted(ranges)
     size = -(-len(parts) // consumers)  # contiguous ranges, as consumer groups assign them
@@ -321,8 +332,16 @@ def consume_phase(
                 break
             req = {"topic_partitions": [{"topic": topic, "partition": p, "fetch_offset": offsets[p]} for p in live],
                    "max_wait_ms": 0, "max_bytes": max_bytes}
-            status, body = c.post("/consume", json.dumps(req).encode())
+            status, body = c.post("/consume", json.dumps(req).encode(), accept=accept)
             assert status == 200, body[:200]
+            if accept:
+                parsed = parse_binary_consume(body)
+                for p in parsed.partitions:
+                    assert p.ok, p.error
+                    offsets[p.partition] = p.next_fetch_offset
+                n += parsed.record_count
+                b += parsed.payload_bytes
+                continue
             doc = json.loads(body)
             for r in doc["results"]:
                 assert r["ok"], r
@@ -435,14 +454,18 @@ def main(argv: list[str] | None = None) -> int:
         per_p = max(1, cached_bytes // args.record_bytes // args.partitions)
         hot = {p: (max(1, hw - per_p + 1), hw) for p, hw in hws.items() if hw}
         print(f"[bench] 4. consume at the hot tail: newest {per_p} records of each partition ...", flush=True)
-        out, delta = storage_delta(broker.port, lambda: consume_phase(broker.port, topic, hot, args.consume_seconds))
+        out, delta = storage_delta(
+            broker.port, lambda: consume_phase(broker.port, topic, hot, args.consume_seconds, answer=args.consume_body)
+        )
         figures["consume_hot_tail"] = {**out, **delta}
 
         reader = Broker(env, "read", logs / "reader.log")
         stack.callback(reader.stop)
         old = {p: (1, hw) for p, hw in hws.items() if hw}
         print("[bench] 5. consume catching up from S3: fresh read-role broker, from offset 1 ...", flush=True)
-        out, delta = storage_delta(reader.port, lambda: consume_phase(reader.port, topic, old, args.consume_seconds))
+        out, delta = storage_delta(
+            reader.port, lambda: consume_phase(reader.port, topic, old, args.consume_seconds, answer=args.consume_body)
+        )
         figures["consume_catch_up_s3"] = {**out, **delta}
 
     delay = args.batch_max_delay_ms
@@ -469,6 +492,9 @@ def main(argv: list[str] | None = None) -> int:
     e2e = figures["end_to_end"]
     print(f"  hot-tail end-to-end p99            {e2e['ack_to_consumer_p99_ms']} ms from the produce ack, "
           f"{e2e['send_to_consumer_p99_ms']} ms from the produce send")
+    print(f"  consume at the hot tail            {figures['consume_hot_tail']['mb_per_s']} MB/s "
+          f"({args.consume_body} answers; goal >= 300)")
+    print(f"  consume catching up from S3        {figures['consume_catch_up_s3']['mb_per_s']} MB/s (goal >= 150)")
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))
     return 0

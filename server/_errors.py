@@ -20,6 +20,8 @@ through ``retriable`` whether trying the same call again can help::
     ├── VersionConflict                a conditional Oxia put/delete saw another version
     ├── InconsistentReadState          the index has a gap or overlaps (a bug or corruption)
     ├── CorruptBatch                   checksum, magic, length or count mismatch in stored bytes
+    ├── MalformedAnswer                (_broker/consume_binary.py) a binary consume answer breaks its
+    │                                  layout (a client-side parse); names the field
     ├── CompactionConflict             another compactor changed the partition under us (retriable)
     ├── UnknownMetric                  (_metrics/spec.py) a metric used under a name, kind or labels
     │                                  the catalogue does not declare (a bug)

@@ -43,24 +43,36 @@ def dumps(doc: object) -> bytes:
 
 
 class Response:
-    """What a route answers: status, body bytes, content type, extra headers,
-    and whether the connection closes after it."""
+    """What a route answers: status, body, content type, extra headers, and
+    whether the connection closes after it.
 
-    __slots__ = ("status", "body", "content_type", "headers", "close")
+    The body is bytes, a JSON document (a mapping, encoded here), or a list
+    of byte buffers written one after the other: a binary answer made of
+    views of stored bytes is sent without joining them into one copy."""
+
+    __slots__ = ("status", "chunks", "content_type", "headers", "close")
 
     def __init__(
         self,
         status: int,
-        body: bytes | Mapping[str, Any],
+        body: bytes | Mapping[str, Any] | list[bytes | memoryview],
         content_type: str = JSON,
         headers: Sequence[tuple[str, str]] = (),
         close: bool = False,
     ) -> None:
         self.status = status
-        self.body = body if isinstance(body, bytes) else dumps(body)
+        if isinstance(body, list):
+            self.chunks: tuple[bytes | memoryview, ...] = tuple(body)
+        else:
+            self.chunks = (body if isinstance(body, bytes) else dumps(body),)
         self.content_type = content_type
         self.headers = tuple(headers)
         self.close = close
+
+    @property
+    def body(self) -> bytes:
+        """The whole body as one bytes object (a copy when it has several chunks)."""
+        return self.chunks[0] if len(self.chunks) == 1 and isinstance(self.chunks[0], bytes) else b"".join(self.chunks)
 
 
 def error_response(status: int, message: str, error_type: str, field: str | None = None, **kw: Any) -> Response:
@@ -86,14 +98,15 @@ class JSONRequestHandler(BaseHTTPRequestHandler):
         try:
             self.send_response(resp.status)
             self.send_header("Content-Type", resp.content_type)
-            self.send_header("Content-Length", str(len(resp.body)))
+            self.send_header("Content-Length", str(sum(len(c) for c in resp.chunks)))
             for k, v in resp.headers:
                 self.send_header(k, v)
             if resp.close:
                 self.send_header("Connection", "close")
             self.end_headers()
             if getattr(self, "command", None) != "HEAD":
-                self.wfile.write(resp.body)
+                for chunk in resp.chunks:
+                    self.wfile.write(chunk)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
 

@@ -50,6 +50,10 @@ from server._protocol.codec import (  # noqa: E402
     encode_shared_blob,
 )
 from server._broker.binary import encode_binary_produce, parse_binary_produce  # noqa: E402
+from server._broker.codec import ConsumedPartition  # noqa: E402
+from server._broker.consume_binary import encode_binary_consume, parse_binary_consume  # noqa: E402
+from server._broker.record_spans import spans_of  # noqa: E402
+from server._errors import PartitionNotInitialized  # noqa: E402
 from server._protocol.keys import LogLayout  # noqa: E402
 from server._protocol.records import (  # noqa: E402
     ENTRY_COMPACTED,
@@ -252,6 +256,9 @@ def build_files() -> dict[str, bytes]:
     body = encode_binary_produce(PRODUCE_GROUPS)
     files[PRODUCE_FILE] = body
     files["produce-body-2-batches.json"] = _pretty(_produce_description(body))
+    answer = b"".join(encode_binary_consume(*_consume_answer()))
+    files[CONSUME_FILE] = answer
+    files["consume-answer-2-partitions.json"] = _pretty(_consume_description(answer))
     return files
 
 
@@ -280,6 +287,62 @@ def _produce_description(body: bytes) -> dict[str, Any]:
             }
             for g in request.groups
         ],
+    }
+
+
+# The broker's binary /consume answer (server/_broker/consume_binary.py): one
+# partition with the three records of BATCH_FILE at offsets 1..3, one never
+# written (an error).
+CONSUME_FILE = "consume-answer-2-partitions.bin"
+
+
+def _consume_answer() -> tuple[tuple[ConsumedPartition, ...], int, int, int]:
+    spans = tuple(spans_of(1, list(BATCH_PAYLOADS)))
+    missing = PartitionNotInitialized("partition is not initialized", topic=TOPIC, partition=9)
+    parts = (
+        ConsumedPartition(TOPIC, 0, 1, 4, 3, spans, sum(len(p) for p in BATCH_PAYLOADS)),
+        ConsumedPartition(TOPIC, 9, 1, 1, None, error=missing),
+    )
+    return parts, len(BATCH_PAYLOADS), sum(len(p) for p in BATCH_PAYLOADS), 0
+
+
+def _consume_description(answer: bytes) -> dict[str, Any]:
+    parsed = parse_binary_consume(answer)
+    partitions = []
+    for p in parsed.partitions:
+        item: dict[str, Any] = {
+            "topic": p.topic,
+            "partition": p.partition,
+            "ok": p.ok,
+            "high_watermark": p.high_watermark,
+            "log_start_offset": p.log_start_offset,
+            "next_fetch_offset": p.next_fetch_offset,
+            "first_offset": p.first_offset,
+            "record_count": p.record_count,
+            "payloads_base64": [_b64(x) for x in p.payloads()],
+        }
+        if p.error is not None:
+            item["error"] = {
+                "error_code": p.error.error_code,
+                "error_type": p.error.error_type,
+                "error": p.error.error,
+                "retriable": p.error.retriable,
+            }
+        partitions.append(item)
+    return {
+        "file": CONSUME_FILE,
+        "content_type": "application/vnd.llog.consume.v1",
+        "total_length": len(answer),
+        "header": {
+            "magic": "LLC1",
+            "version": 1,
+            "flags": 0,
+            "partition_count": len(parsed.partitions),
+            "record_count": parsed.record_count,
+            "payload_bytes": parsed.payload_bytes,
+            "waited_ms": parsed.waited_ms,
+        },
+        "partitions": partitions,
     }
 
 

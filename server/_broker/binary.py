@@ -40,11 +40,10 @@ from __future__ import annotations
 import struct
 from typing import Sequence
 
-from .._errors import CorruptBatch, InvalidRequest
-from .._protocol.codec import BATCH_HEADER_SIZE, EncodedRecords, batch_header, decode_batch_bounds, encode_batch
-from .._protocol.keys import MAX_TOPIC_LENGTH, validate_topic
+from .._protocol.codec import EncodedRecords, batch_header, encode_batch
 from .._protocol.structs import SharedAppendGroup
 from .codec import MAX_INT32, InvalidField, ProduceRequest, TooLarge, parse_json_body, parse_produce
+from .frame import Frame
 
 __all__ = [
     "PRODUCE_BINARY_CONTENT_TYPE",
@@ -65,7 +64,6 @@ FLAG_FLUSH = 0x0001
 _HEADER = struct.Struct(">4sHHI")
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
-_BATCH_LENGTH = struct.Struct(">I")  # records_length, at offset 12 of a batch header
 BINARY_HEADER_SIZE = _HEADER.size
 
 
@@ -91,22 +89,10 @@ def encode_binary_produce(groups: Sequence[tuple[str, int, Sequence[bytes]]], *,
     return b"".join(out)
 
 
-def _need(view: memoryview, pos: int, size: int, field: str) -> None:
-    if pos + size > len(view):
-        raise InvalidField(
-            f"{field}: the body ends at byte {len(view)}, inside this field ({size} bytes at offset {pos})", field
-        )
-
-
 def parse_binary_produce(body: bytes, *, max_records: int) -> ProduceRequest:
     """A validated binary produce body (layout in the module docstring)."""
-    view = memoryview(body)
-    _need(view, 0, _HEADER.size, "header")
-    magic, version, flags, count = _HEADER.unpack_from(view, 0)
-    if magic != PRODUCE_MAGIC:
-        raise InvalidField(f"header.magic is {bytes(magic)!r} at offset 0, expected {PRODUCE_MAGIC!r}", "header.magic")
-    if version != PRODUCE_VERSION:
-        raise InvalidField(f"header.version {version} at offset 4 is not supported (only 1)", "header.version")
+    frame = Frame(body, InvalidField, "body")
+    flags, count = frame.header(_HEADER, PRODUCE_MAGIC, PRODUCE_VERSION)
     if flags & ~FLAG_FLUSH:
         raise InvalidField(
             f"header.flags {flags:#06x} at offset 6 sets unknown bits (only bit 0, FLUSH, is defined)", "header.flags"
@@ -118,7 +104,7 @@ def parse_binary_produce(body: bytes, *, max_records: int) -> ProduceRequest:
     total = nbytes = 0
     for i in range(count):
         where = f"batches[{i}]"
-        group, pos = _parse_batch(view, pos, where)
+        group, pos = _parse_batch(frame, pos, where)
         total += len(group.payloads)
         if total > max_records:
             raise TooLarge(
@@ -128,53 +114,24 @@ def parse_binary_produce(body: bytes, *, max_records: int) -> ProduceRequest:
             )
         nbytes += group.payload_bytes
         groups.append(group)
-    if pos != len(view):
-        raise InvalidField(
-            f"{len(view) - pos} trailing bytes at offset {pos} after the {count} batches header.batch_count "
-            "announced", "batches",
-        )
+    frame.trailing(pos, f"the {count} batches header.batch_count announced", "batches")
     return ProduceRequest(tuple(groups), total, nbytes, bool(flags & FLAG_FLUSH))
 
 
-def _parse_batch(view: memoryview, pos: int, where: str) -> tuple[SharedAppendGroup, int]:
+def _parse_batch(frame: Frame, pos: int, where: str) -> tuple[SharedAppendGroup, int]:
     """One batch of the body starting at ``pos``: its group and where the next begins."""
-    _need(view, pos, 2, f"{where}.topic_length")
-    (tlen,) = _U16.unpack_from(view, pos)
-    if not 1 <= tlen <= MAX_TOPIC_LENGTH:
-        raise InvalidField(
-            f"{where}.topic_length must be 1..{MAX_TOPIC_LENGTH}, got {tlen} at offset {pos}", f"{where}.topic_length"
-        )
-    pos += 2
-    _need(view, pos, tlen, f"{where}.topic")
-    try:
-        topic = validate_topic(bytes(view[pos:pos + tlen]).decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        raise InvalidField(f"{where}.topic at offset {pos} is not UTF-8: {exc.reason}", f"{where}.topic") from None
-    except InvalidRequest as exc:
-        raise InvalidField(f"{where}.topic at offset {pos}: {exc.message}", f"{where}.topic") from None
-    pos += tlen
-    _need(view, pos, 4, f"{where}.partition")
-    (partition,) = _U32.unpack_from(view, pos)
+    topic, pos = frame.topic(pos, where)
+    frame.need(pos, 4, f"{where}.partition")
+    (partition,) = _U32.unpack_from(frame.view, pos)
     if partition > MAX_INT32:
         raise InvalidField(
             f"{where}.partition must be between 0 and {MAX_INT32}, got {partition} at offset {pos}",
             f"{where}.partition",
         )
-    pos += 4
     field = f"{where}.batch"
-    _need(view, pos, BATCH_HEADER_SIZE, f"{field} header")
-    (length,) = _BATCH_LENGTH.unpack_from(view, pos + 12)
-    end = pos + BATCH_HEADER_SIZE + length
-    if end > len(view):
-        raise InvalidField(
-            f"{field} at offset {pos}: records_length {length} runs past the body's end at byte {len(view)}", field
-        )
-    try:
-        bounds = decode_batch_bounds(view[pos:end])
-    except CorruptBatch as exc:
-        raise InvalidField(f"{field} at offset {pos}: {exc.message}", field) from None
+    bounds, end = frame.batch(pos + 4, field)
     if bounds.count == 0:
-        raise InvalidField(f"{field} at offset {pos} holds no records; send at least one", field)
+        raise InvalidField(f"{field} at offset {pos + 4} holds no records; send at least one", field)
     return SharedAppendGroup(topic, partition, EncodedRecords([bounds])), end
 
 

@@ -62,6 +62,7 @@ from .codec import (
 from .binary import parse_produce_body
 from .config import BrokerConfig
 from .consume import BrokerConsumeService
+from .consume_binary import CONSUME_BINARY_CONTENT_TYPE, accepts_binary_consume, encode_binary_consume
 from .tail_cache import TailCache
 from .tail_cache_file import make_tail_cache
 
@@ -432,7 +433,9 @@ class Broker:
         return Response(status, body, headers=headers)
 
     @_answers_errors
-    def consume(self, body: bytes) -> Response:
+    def consume(self, body: bytes, accept: str | None = None) -> Response:
+        """The answer is JSON, or the binary layout of ``consume_binary.py``
+        when ``accept`` (the request's Accept header) asks for it."""
         if self.consume_service is None:
             return self._role_refused("POST /consume", "read")
         request = parse_consume(parse_json_body(body), max_wait_ms_cap=self.config.max_wait_ms_cap)
@@ -444,6 +447,10 @@ class Broker:
             len(request.partitions), result.record_count, result.payload_bytes, result.waited_ms,
             (time.monotonic() - started) * 1000,
         )
+        if accepts_binary_consume(accept):
+            return Response(200, encode_binary_consume(
+                result.partitions, result.record_count, result.payload_bytes, result.waited_ms,
+            ), CONSUME_BINARY_CONTENT_TYPE)
         return Response(200, {
             "results": [consumed_partition_json(p) for p in result.partitions],
             "record_count": result.record_count,

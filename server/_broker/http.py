@@ -91,8 +91,10 @@ class _Handler(JSONRequestHandler):
             return self._refuse(error_response(503, "the broker is shutting down", "ShuttingDown", close=True))
         try:
             body = self._read_body() if method == "POST" else b""
-            if name == "produce":  # the one route with two body formats
+            if name == "produce":  # two body formats, by Content-Type
                 return broker.produce(body, self.headers.get("Content-Type"))
+            if name == "consume":  # two answer formats, by Accept
+                return broker.consume(body, self.headers.get("Accept"))
             return getattr(broker, name)(body)
         except _BodyRefused as refused:
             return refused.response

@@ -8,6 +8,8 @@ import random
 
 import pytest
 
+from .conftest import value_bytes
+
 pytestmark = pytest.mark.integration
 
 
@@ -175,3 +177,44 @@ def test_binary_produce_body_round_trips_beside_json(broker_factory) -> None:
     reply = writer.client.request("POST", "/produce", bad, headers=binary)
     assert reply.status == 400
     assert reply.json["field"] == "batches[0].batch" and "offset" in reply.json["error"]
+
+
+def test_binary_consume_answer_holds_what_the_json_one_does(broker_factory) -> None:
+    """Accept: application/vnd.llog.consume.v1 gets the binary answer over
+    real HTTP (large record sections written as views, then the next request
+    on the same keep-alive connection) with the records, offsets and
+    watermarks of the JSON answer, from the tail cache and from S3; a bad
+    request is still a JSON 400."""
+    from server._broker.binary import PRODUCE_BINARY_CONTENT_TYPE, encode_binary_produce
+    from server._broker.consume_binary import CONSUME_BINARY_CONTENT_TYPE, parse_binary_consume
+
+    writer = broker_factory()
+    topic = "binanswer"
+    groups = [(topic, p, tuple(sample_payloads(40, seed=p)) + (b"\x00" * 70_000,)) for p in range(3)]
+    reply = writer.client.request(
+        "POST", "/produce", encode_binary_produce(groups), headers={"Content-Type": PRODUCE_BINARY_CONTENT_TYPE}
+    )
+    assert reply.status == 200, reply.body
+    binary = {"Accept": CONSUME_BINARY_CONTENT_TYPE}
+    request = {"topic_partitions": [{"topic": topic, "partition": p, "fetch_offset": 3} for p in range(4)]
+               + [{"topic": topic, "partition": 9, "fetch_offset": 0}], "max_wait_ms": 0}
+    reader = broker_factory("read")
+    for broker in (writer, reader):
+        for _ in range(2):  # the second on the same connection: the first answer's length was exact
+            got = broker.client.request("POST", "/consume", request, headers=binary)
+            assert got.status == 200 and got.headers["Content-Type"] == CONSUME_BINARY_CONTENT_TYPE
+            answer = parse_binary_consume(got.body)
+            want = broker.client.request("POST", "/consume", request).json
+            assert (answer.record_count, answer.payload_bytes) == (want["record_count"], want["payload_bytes"])
+            for part, res in zip(answer.partitions, want["results"], strict=True):
+                assert (part.partition, part.ok, part.high_watermark, part.next_fetch_offset) == (
+                    res["partition"], res["ok"], res["high_watermark"], res["next_fetch_offset"],
+                )
+                assert part.payloads() == [value_bytes(r["value"]) for r in res["records"]]
+                assert [r["offset"] for r in res["records"]] == list(
+                    range(part.first_offset, part.first_offset + part.record_count)
+                )
+                assert part.error is None or part.error.error_code == res["error_code"]
+            assert [p.payloads() for p in answer.partitions[:3]] == [list(g[2][2:]) for g in groups]
+    bad = writer.client.request("POST", "/consume", {"topic_partitions": []}, headers=binary)
+    assert bad.status == 400 and bad.json["field"] == "topic_partitions"
