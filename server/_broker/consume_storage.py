@@ -2,9 +2,10 @@
 ``consume.py``), and ``Fetch``, one partition's progress within a request.
 
 Per request: every partition's ``meta/control`` and sparse index in parallel
-(``scan_batches``), planned within the request's byte budget, then one
-``fetch_many`` per blob (blobs in parallel), so slices of one shared WAL blob
-wanted by several partitions cost one range GET.
+(the index from the broker's ``IndexCache``, scanning Oxia only past what it
+holds), planned within the request's byte budget, then one ``fetch_many`` per
+blob (blobs in parallel), so slices of one shared WAL blob wanted by several
+partitions cost one range GET.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from .._protocol.codec import BatchBounds, decode_batch_bounds
 from .._protocol.keys import PartitionKeys, TopicPartition
 from .._metrics import LlogMetrics
 from .codec import ConsumePartition
+from .index_cache import IndexCache
 from .record_spans import RecordSpan
 
 __all__ = ["Fetch", "StorageReads", "MAX_BATCHES_PER_PARTITION"]
@@ -81,6 +83,7 @@ class StorageReads:
         self.reader = reader
         self.metrics = metrics
         self._map = map_fn
+        self.index = IndexCache(reader, metrics)
 
     def read(self, parts: list[Fetch], left_total: int) -> dict[int, list[RecordSpan]]:
         """Candidate records of ``parts`` from Oxia and S3, keyed by ``id(fetch)``."""
@@ -132,7 +135,7 @@ class StorageReads:
             return hw, []
         batches: list[ResolvedBatch] = []
         est = 0.0
-        for b in self.reader.scan_batches(f.tp.topic, f.tp.partition, f.next_offset, hw, control=control):
+        for b in self.index.batches(f.tp, f.next_offset, control):
             batches.append(b)
             est += _payload_estimate(b, f.next_offset)
             if est >= budget or len(batches) >= MAX_BATCHES_PER_PARTITION:
@@ -172,7 +175,9 @@ class StorageReads:
                 got = fetch_many([items[i] for i in idxs], decode_batch_bounds)
             except ObjectNotFound:
                 # The WAL object was vacuumed after a compaction: the reader's
-                # own scan resolves the compacted entry that covers it.
+                # own scan resolves the compacted entry that covers it, and
+                # the cached entries that named the object go.
+                self.index.forget(f.tp)
                 end = max(items[i][1].end_offset for i, o in enumerate(owners) if o is f)
                 spans = self._reread(f, end)
                 if spans is not None:

@@ -112,6 +112,10 @@ _READ = (
     _c("consume_payload_bytes_total", "Record payload bytes answered by /consume"),
     _c("consume_partition_errors_total", "Partitions of /consume answered with an error, by error type", "error"),
     _c("consume_storage_reads_total", "Consume partitions read from Oxia and S3 (not the tail cache)"),
+    _c("consume_index_cache_lookups_total",
+       "Index lookups of consume storage reads by result: hit (resolved entries held), miss (Oxia scan)", "result",
+       result=("hit", "miss")),
+    _g("consume_index_cache_batches", "Resolved index entries the consume index cache holds"),
     _c("consume_wakeups_total", "Long-polling consumes woken by a publish"),
     _h("consume_request_seconds", "Consume request time, long-poll wait included"),
     _h("consume_long_poll_wait_seconds", "Time a consume waited for records (long-poll)"),
@@ -226,6 +230,7 @@ PRESENT_AT_START: dict[str, tuple[str, ...]] = {
     ),
     "broker_read": (
         "consume_records_total", "consume_payload_bytes_total", "consume_wakeups_total", "consume_storage_reads_total",
+        "consume_index_cache_lookups_total", "consume_index_cache_batches",
         "consume_request_seconds", "consume_long_poll_wait_seconds", "consume_waiting_requests",
         "tail_cache_evictions_total", "tail_cache_published_records_total", "tail_cache_validations_total",
         "tail_cache_lookups_total",

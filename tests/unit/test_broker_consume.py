@@ -79,8 +79,8 @@ class Env:
     """A writer + producer + reader over one pair of fakes, and a consume
     service with a memory cache filled the way the broker fills it."""
 
-    def __init__(self, cache: str = "memory") -> None:
-        self.meta, self.objs = InMemoryMetadataStore(), InMemoryObjectStore()
+    def __init__(self, cache: str = "memory", objects: InMemoryObjectStore | None = None) -> None:
+        self.meta, self.objs = InMemoryMetadataStore(), objects or InMemoryObjectStore()
         self.writer = LeaderlessLogWriter(OXIA, S3, metadata_store=self.meta, object_store=self.objs)
         self.producer = BatchingProducer(self.writer, BatchConfig(max_delay_ms=1))
         self.reader = LeaderlessLogReader(OXIA, S3, metadata_store=self.meta, object_store=self.objs)
