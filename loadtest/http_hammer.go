@@ -94,6 +94,7 @@ type config struct {
 	duration             time.Duration
 	recordBytes          int
 	body                 string // json or binary (application/vnd.llog.produce.v1)
+	consumeBody          string // json or binary (Accept: application/vnd.llog.consume.v1)
 	recordsPerRequest    int
 	partitionsPerRequest int
 	topic                string
@@ -151,6 +152,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&c.consumeFrom, "consume-from", "end", "where consumers start: end (each partition's high watermark, asked before the load\n"+
 		"starts, so only this run's records count) or start (offset 1)")
 	fs.IntVar(&c.maxWaitMs, "max-wait-ms", 500, "consume long-poll max_wait_ms")
+	fs.StringVar(&c.consumeBody, "consume-body", "json", "consume answer: json, or binary (Accept: application/vnd.llog.consume.v1: each\n"+
+		"partition's records as one bytes-batch-v1 batch of the stored bytes)")
 	fs.DurationVar(&c.window, "window", 30*time.Second, "length of a client-30s.jsonl window (and of the progress lines)")
 	fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "per-request timeout (a consume gets -max-wait-ms on top); a produce that times out is unknown")
 	fs.DurationVar(&c.downBackoff, "down-backoff", time.Second, "how often a broker marked down is probed (GET /health) to bring it back")
@@ -188,6 +191,8 @@ func (c *config) validate() error {
 		return fmt.Errorf("-record-bytes must be >= %d (the timestamp header), got %d", headerBytes, c.recordBytes)
 	case c.body != "json" && c.body != "binary":
 		return fmt.Errorf("-body must be json or binary, got %q", c.body)
+	case c.consumeBody != "json" && c.consumeBody != "binary":
+		return fmt.Errorf("-consume-body must be json or binary, got %q", c.consumeBody)
 	case c.recordsPerRequest < 1:
 		return fmt.Errorf("-records-per-request must be >= 1, got %d", c.recordsPerRequest)
 	case c.partitionsPerRequest < 1:
@@ -992,7 +997,7 @@ func (h *hammer) produceOnce(scheduled time.Time, open bool) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.timeout)
 	defer cancel()
 	b.inflight.Add(1)
-	status, doc, reason, err := h.post(ctx, b.produceURL, body, ctype)
+	status, doc, reason, err := h.post(ctx, b.produceURL, body, ctype, "")
 	b.inflight.Add(-1)
 	o.latency = time.Since(now)
 	h.classifyProduce(o, plan, b, status, doc, reason, err)
@@ -1000,14 +1005,18 @@ func (h *hammer) produceOnce(scheduled time.Time, open bool) bool {
 	return true
 }
 
-// post sends a body (JSON, or the binary produce body) and reads the whole answer. Without an answer,
-// reason is connect (nothing was sent), timeout or disconnect (sent, no answer).
-func (h *hammer) post(ctx context.Context, url string, body []byte, contentType string) (status int, doc []byte, reason string, err error) {
+// post sends a body (JSON, or the binary produce body), with an Accept header when accept is not
+// empty, and reads the whole answer. Without an answer, reason is connect (nothing was sent),
+// timeout or disconnect (sent, no answer).
+func (h *hammer) post(ctx context.Context, url string, body []byte, contentType, accept string) (status int, doc []byte, reason string, err error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return 0, nil, "connect", err
 	}
 	req.Header.Set("Content-Type", contentType)
+	if accept != "" {
+		req.Header.Set("Accept", accept)
+	}
 	resp, err := h.client.Do(req)
 	if err != nil {
 		return 0, nil, transportReason(err), err
@@ -1179,6 +1188,30 @@ type consumeResult struct {
 	NextFetchOffset int64           `json:"next_fetch_offset"`
 	Records         []consumeRecord `json:"records"`
 	ErrorCode       string          `json:"error_code"`
+	// A binary answer's records: payloads[k] is at offset firstOffset+k.
+	firstOffset int64
+	payloads    [][]byte
+}
+
+// offsets and payloads of the records, from either answer format: a JSON
+// string value without its opening quote (the timestamp header is plain ASCII,
+// so its bytes are the payload's), anything else as it is (not ours then).
+func (r *consumeResult) records() ([]int64, [][]byte) {
+	if r.payloads != nil {
+		offs := make([]int64, len(r.payloads))
+		for k := range offs {
+			offs[k] = r.firstOffset + int64(k)
+		}
+		return offs, r.payloads
+	}
+	offs, vals := make([]int64, len(r.Records)), make([][]byte, len(r.Records))
+	for k, rec := range r.Records {
+		offs[k], vals[k] = rec.Offset, rec.Value
+		if len(rec.Value) > 0 && rec.Value[0] == '"' {
+			vals[k] = rec.Value[1:]
+		}
+	}
+	return offs, vals
 }
 
 type consumeAnswer struct {
@@ -1298,7 +1331,11 @@ func (h *hammer) consumeOnce(ctx context.Context, b *broker, probe bool, fs []*f
 	defer cancel()
 	start := time.Now()
 	b.inflight.Add(1)
-	status, doc, reason, err := h.post(reqCtx, b.consumeURL, buf, "application/json")
+	accept := ""
+	if h.cfg.consumeBody == "binary" {
+		accept = consumeBinaryType
+	}
+	status, doc, reason, err := h.post(reqCtx, b.consumeURL, buf, "application/json", accept)
 	b.inflight.Add(-1)
 	if err != nil && ctx.Err() != nil {
 		return // the run ended under a waiting consume: not an error
@@ -1311,7 +1348,13 @@ func (h *hammer) consumeOnce(ctx context.Context, b *broker, probe bool, fs []*f
 		return
 	}
 	var a consumeAnswer
-	if json.Unmarshal(doc, &a) != nil || (status == 200 && len(a.Results) != len(fs)) {
+	var bad error
+	if status == 200 && accept != "" {
+		bad = parseBinaryConsume(doc, &a)
+	} else {
+		bad = json.Unmarshal(doc, &a)
+	}
+	if bad != nil || (status == 200 && len(a.Results) != len(fs)) {
 		o.errKeys = append(o.errKeys, "bad_answer")
 		return
 	}
@@ -1347,20 +1390,21 @@ func (h *hammer) consumeOnce(ctx context.Context, b *broker, probe bool, fs []*f
 			}
 			continue
 		}
-		for j, r := range res.Records {
-			if r.Offset != f.next+int64(j) {
+		offsets, payloads := res.records()
+		for j, off := range offsets {
+			if off != f.next+int64(j) {
 				o.errKeys = append(o.errKeys, "offset_gap")
 				break
 			}
 		}
-		for _, r := range res.Records {
-			if sent, ok := sendTime(r.Value); ok {
+		for _, p := range payloads {
+			if sent, ok := sendTime(p); ok {
 				o.e2e = append(o.e2e, now.Sub(sent))
 			} else {
 				o.errKeys = append(o.errKeys, "foreign_record")
 			}
 		}
-		o.records += int64(len(res.Records))
+		o.records += int64(len(payloads))
 		f.next = max(res.NextFetchOffset, f.next)
 	}
 	if !probe {
@@ -1368,16 +1412,87 @@ func (h *hammer) consumeOnce(ctx context.Context, b *broker, probe bool, fs []*f
 	}
 }
 
-// sendTime reads the timestamp header of a consumed value (a JSON string).
-func sendTime(raw json.RawMessage) (time.Time, bool) {
-	if len(raw) < headerBytes+1 || raw[0] != '"' || raw[headerBytes] != tsSeparator {
+// sendTime reads the timestamp header of a consumed payload.
+func sendTime(payload []byte) (time.Time, bool) {
+	if len(payload) < headerBytes || payload[tsDigits] != tsSeparator {
 		return time.Time{}, false
 	}
-	ns, err := strconv.ParseUint(string(raw[1:1+tsDigits]), 16, 64)
+	ns, err := strconv.ParseUint(string(payload[:tsDigits]), 16, 64)
 	if err != nil {
 		return time.Time{}, false
 	}
 	return time.Unix(0, int64(ns)), true
+}
+
+const consumeBinaryType = "application/vnd.llog.consume.v1"
+
+// parseBinaryConsume reads the binary consume answer (server/_broker/consume_binary.py):
+// "LLC1", version 1, flags 0, partition count, record count, payload bytes, waited
+// ms, then per partition a u16-prefixed topic, a u32 partition, the i64 high
+// watermark (-1: unknown), log start, next fetch offset and first offset, a
+// u32-prefixed JSON error (empty when ok) and one bytes-batch-v1 batch of its
+// records; big-endian. Every length, the CRC and the length prefixes are checked.
+func parseBinaryConsume(doc []byte, a *consumeAnswer) error {
+	be := binary.BigEndian
+	if len(doc) < 28 || string(doc[:4]) != "LLC1" || be.Uint16(doc[4:]) != 1 || be.Uint16(doc[6:]) != 0 {
+		return errors.New("not a binary consume answer (LLC1, version 1)")
+	}
+	count := int(be.Uint32(doc[8:]))
+	a.PayloadBytes = int64(be.Uint64(doc[16:]))
+	pos := 28
+	for i := 0; i < count; i++ {
+		if pos+2 > len(doc) {
+			return fmt.Errorf("partition %d: truncated", i)
+		}
+		pos += 2 + int(be.Uint16(doc[pos:]))
+		if pos+44 > len(doc) {
+			return fmt.Errorf("partition %d: truncated", i)
+		}
+		res := consumeResult{Ok: true, NextFetchOffset: int64(be.Uint64(doc[pos+20:])), firstOffset: int64(be.Uint64(doc[pos+28:]))}
+		if hw := int64(be.Uint64(doc[pos+4:])); hw >= 0 {
+			res.HighWatermark = &hw
+		}
+		elen := int(be.Uint32(doc[pos+36:]))
+		pos += 40
+		if elen > 0 {
+			var e struct {
+				ErrorCode string `json:"error_code"`
+			}
+			if pos+elen > len(doc) || json.Unmarshal(doc[pos:pos+elen], &e) != nil {
+				return fmt.Errorf("partition %d: bad error", i)
+			}
+			res.Ok, res.ErrorCode = false, e.ErrorCode
+			pos += elen
+		}
+		if pos+20 > len(doc) || string(doc[pos:pos+4]) != "LLB1" {
+			return fmt.Errorf("partition %d: bad batch header", i)
+		}
+		n, length, crc := int(be.Uint32(doc[pos+8:])), int(be.Uint32(doc[pos+12:])), be.Uint32(doc[pos+16:])
+		start, end := pos+20, pos+20+length
+		if end > len(doc) || crc32.ChecksumIEEE(doc[start:end]) != crc {
+			return fmt.Errorf("partition %d: batch length or CRC mismatch", i)
+		}
+		res.payloads = make([][]byte, 0, n)
+		for p := start; len(res.payloads) < n; {
+			if p+4 > end || p+4+int(be.Uint32(doc[p:])) > end {
+				return fmt.Errorf("partition %d: record %d runs past its batch", i, len(res.payloads))
+			}
+			size := int(be.Uint32(doc[p:]))
+			res.payloads = append(res.payloads, doc[p+4:p+4+size])
+			if p += 4 + size; len(res.payloads) == n && p != end {
+				return fmt.Errorf("partition %d: trailing bytes in its batch", i)
+			}
+		}
+		if n == 0 && length != 0 {
+			return fmt.Errorf("partition %d: trailing bytes in its batch", i)
+		}
+		a.Results = append(a.Results, res)
+		pos = end
+	}
+	if pos != len(doc) {
+		return errors.New("trailing bytes after the last partition")
+	}
+	return nil
 }
 
 // ------------------------------------------------------------------------- output

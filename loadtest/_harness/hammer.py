@@ -79,6 +79,8 @@ class HammerConfig:
     selection: str | None = None
     """``round_robin`` or ``least_inflight`` (None: the manifest's)."""
     consumers: int = 0
+    consume_body: str = "json"
+    """Consume answer: ``json`` or ``binary`` (``Accept: application/vnd.llog.consume.v1``)."""
     consume_from: str = "end"
     """``end``: each partition's high watermark when first asked; ``start``: offset 1."""
     max_wait_ms: int = 500
@@ -106,6 +108,7 @@ class HammerConfig:
         need(self.selection in (None, "round_robin", "least_inflight"),
              f"selection must be round_robin or least_inflight, got {self.selection!r}")
         need(self.consumers >= 0 and self.max_wait_ms >= 0, "consumers and max_wait_ms must be >= 0")
+        need(self.consume_body in ("json", "binary"), f"consume_body must be json or binary, got {self.consume_body!r}")
         need(self.consume_from in ("end", "start"), f"consume_from must be end or start, got {self.consume_from!r}")
         need(self.window_s > 0 and self.timeout_s > 0 and self.down_backoff_s > 0,
              "window_s, timeout_s and down_backoff_s must be > 0")
@@ -127,6 +130,7 @@ class HammerConfig:
             "-partitions-per-request", str(self.partitions_per_request),
             "-body", self.body,
             "-consumers", str(self.consumers),
+            "-consume-body", self.consume_body,
             "-consume-from", self.consume_from,
             "-max-wait-ms", str(self.max_wait_ms),
             "-window", _go_duration(self.window_s),

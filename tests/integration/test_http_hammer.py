@@ -94,11 +94,13 @@ def _check_read_back(reader: LeaderlessLogReader, acked: dict[str, list[list[int
 def test_closed_loop_acked_ranges_read_back(
     broker_factory: BrokerFactory, reader: LeaderlessLogReader, tmp_path: Path, body: str
 ) -> None:
+    """Produce and consume in one format, JSON or binary (body and answer)."""
     ensure_hammer()  # built before the brokers start, so its time does not count against the run
     brokers = [broker_factory(), broker_factory()]
     manifest = _write_manifest(tmp_path / "routing-manifest.json", brokers, partitions=4, owners=2)
     config = HammerConfig(mode="closed", concurrency=4, duration_s=4, window_s=1, record_bytes=200,
-                          records_per_request=20, partitions_per_request=2, consumers=1, max_wait_ms=200, body=body)
+                          records_per_request=20, partitions_per_request=2, consumers=1, max_wait_ms=200, body=body,
+                          consume_body=body)
     run = _run(config, tmp_path / "routing-manifest.json", tmp_path / "out")
     summary = run["summary"]
 

@@ -36,6 +36,9 @@ def test_closed_config_argv() -> None:
     assert flags["-record-bytes"] == "200" and flags["-records-per-request"] == "20"
     assert flags["-partitions-per-request"] == "2" and flags["-consumers"] == "1" and flags["-seed"] == "9"
     assert "-topic" not in flags and "-selection" not in flags  # the manifest decides
+    assert flags["-body"] == flags["-consume-body"] == "json"  # JSON unless asked
+    binary = HammerConfig(body="binary", consume_body="binary").argv("h", "m", "o")
+    assert _flags(binary)["-body"] == _flags(binary)["-consume-body"] == "binary"
 
 
 def test_open_config_argv_with_topic_and_selection() -> None:
@@ -58,6 +61,7 @@ def test_open_config_argv_with_topic_and_selection() -> None:
         {"records_per_request": 0},
         {"selection": "random"},
         {"consume_from": "middle"},
+        {"consume_body": "protobuf"},
         {"window_s": -1},
     ],
 )
