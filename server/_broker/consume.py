@@ -23,10 +23,13 @@ A round over the partitions that may have something new:
    during the wait are found by the next request (at most ``max_wait_ms``
    later). A partition that already returns records needs no check.
 3. **Storage** (``consume_storage.py``): ``meta/control`` and the sparse
-   index (``scan_batches``) for every missed partition in parallel, then one
-   ``fetch_many`` per blob (blobs in parallel), so slices of one shared WAL
-   blob wanted by several partitions are fetched with one range GET per
-   request.
+   index (resolved entries from ``index_cache.py``, an Oxia scan only past
+   them) for every missed partition in parallel, then one ``fetch_many`` per
+   blob (blobs in parallel), so slices of one shared WAL blob wanted by
+   several partitions are fetched with one range GET per request.
+
+Records travel as ``RecordSpan``s (``record_spans.py``): runs of a stored
+batch's records section, budgeted without a Python object per record.
 
 The byte budget is then handed out in request order over what the cache and
 storage found, so the answer does not depend on which partitions were cached.

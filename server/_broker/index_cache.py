@@ -97,6 +97,7 @@ class IndexCache:
             chain = self._chains.pop(tp, None)
             if chain is not None:
                 self._held -= len(chain.batches)
+            self.metrics.set_gauge("consume_index_cache_batches", self._held)
 
     def _cached(self, tp: TopicPartition, start: int) -> list[ResolvedBatch]:
         with self._lock:
