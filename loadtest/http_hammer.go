@@ -1472,7 +1472,7 @@ func parseBinaryConsume(doc []byte, a *consumeAnswer) error {
 		if end > len(doc) || crc32.ChecksumIEEE(doc[start:end]) != crc {
 			return fmt.Errorf("partition %d: batch length or CRC mismatch", i)
 		}
-		res.payloads = make([][]byte, 0, n)
+		res.payloads = make([][]byte, 0, min(n, length/4)) // a record takes at least its 4-byte length
 		for p := start; len(res.payloads) < n; {
 			if p+4 > end || p+4+int(be.Uint32(doc[p:])) > end {
 				return fmt.Errorf("partition %d: record %d runs past its batch", i, len(res.payloads))

@@ -207,6 +207,10 @@ def decode_batch_bounds(data: bytes | memoryview, expected_count: int | None = N
     copying each one out: a columnar reader then builds a whole column from
     the section in one copy (the Spark source makes an Arrow array of it)."""
     records, count = _records_section(data, expected_count)
+    if 4 * count > len(records):
+        # Checked before sizing ``starts`` from a count the bytes cannot hold
+        # (a forged header would otherwise ask for gigabytes).
+        raise CorruptBatch("batch records section ends inside a length prefix")
     starts = array.array("q", bytes(8 * (count + 1)))
     unpack = _U32.unpack_from
     pos = 0

@@ -130,6 +130,14 @@ def test_a_batch_whose_length_prefix_lies_is_refused_even_with_a_good_crc() -> N
     assert err.value.field == "batches[0].batch"
 
 
+def test_a_forged_record_count_is_refused_before_anything_is_sized_by_it() -> None:
+    records = struct.pack(">I", 1) + b"a"
+    batch = struct.pack(">4sHHIII", b"LLB1", 1, 0, 2**32 - 1, len(records), zlib.crc32(records)) + records
+    raw = struct.pack(">4sHHI", b"LLP1", 1, 0, 1) + b"\x00\x01t" + bytes(4) + batch
+    with pytest.raises(InvalidField, match="ends inside a length prefix"):
+        parse_binary_produce(raw, max_records=100)
+
+
 def test_a_batch_of_no_records_is_refused() -> None:
     raw = struct.pack(">4sHHI", b"LLP1", 1, 0, 1) + b"\x00\x01t" + bytes(4) + encode_batch([])
     with pytest.raises(InvalidField, match="holds no records"):
