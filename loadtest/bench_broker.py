@@ -486,7 +486,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{puts['mb_per_s_4_streams']} MB/s with 1 / 2 / 4 streams of 8 MiB PUTs")
     print("  ingest / PUT bandwidth             " + " / ".join(
         f"{ingest / max(v, 1e-9):.2f}" for v in puts.values()) + " (goal >= 0.80; the broker PUTs on up to "
-          "LLOG_BATCH_MAX_INFLIGHT_FLUSHES, default 4, streams)")
+          "LLOG_BATCH_MAX_INFLIGHT_FLUSHES, default 8, streams)")
     print(f"  paced p99                          {figures['produce_paced']['latency_p99_ms']} ms "
           f"({figures['produce_paced']['latency_p99_ms'] - delay:.0f} ms over the batch delay)")
     e2e = figures["end_to_end"]

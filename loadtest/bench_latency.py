@@ -97,9 +97,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=8.0, help="saturated produce phase (default 8)")
     parser.add_argument("--paced-seconds", type=float, default=5.0, help="paced produce phase (default 5)")
     parser.add_argument("--batch-max-delay-ms", type=int, default=500)
-    parser.add_argument("--clients", type=int, default=64,
-                        help="concurrent produce clients (default 64: with a slower store, more requests must be in "
-                             "flight for the same rate)")
+    parser.add_argument("--clients", type=int, default=128,
+                        help="concurrent produce clients (default 128: with a slower store, more requests must be in "
+                             "flight for the same rate; 128 x 512 KiB covers 8 flushes of 8 MiB)")
     parser.add_argument("--probe-puts", type=int, default=12, help="8 MiB PUTs to measure the profile (default 12)")
     parser.add_argument("--proxy-arg", action="append", default=[], metavar="FLAG=VALUE",
                         help="pass a flag to the proxy, e.g. --proxy-arg=-put-base=120ms")

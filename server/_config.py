@@ -163,14 +163,15 @@ class BatchConfig:
     """Flush once this many payload bytes are buffered (LLOG_BATCH_MAX_BYTES)."""
     max_delay_ms: int = 500
     """Flush this long after the first buffered record (LLOG_BATCH_MAX_DELAY_MS)."""
-    max_buffer_bytes: int = 64 * 1024 * 1024
+    max_buffer_bytes: int = 128 * 1024 * 1024
     """Cap on all accepted, not yet committed payload bytes (LLOG_BATCH_MAX_BUFFER_BYTES)."""
-    max_inflight_flushes: int = 4
+    max_inflight_flushes: int = 8
     """Flushes between the start of their PUT and the end of their commits
     (LLOG_BATCH_MAX_INFLIGHT_FLUSHES): several PUTs side by side while the
-    commits of earlier flushes run in order; 1 is one flush at a time. 4
-    keeps an S3-like store (a 200-300 ms 8 MiB PUT) from capping a broker
-    near 2 x 8 MiB per PUT time."""
+    commits of earlier flushes run in order; 1 is one flush at a time. With
+    an S3-like store (a 200-300 ms 8 MiB PUT) n flushes in flight cap a
+    broker near n x 8 MiB per PUT time: 8 keeps that above what one broker
+    ingests on loopback."""
 
     def __post_init__(self) -> None:
         if self.max_bytes < 1:
