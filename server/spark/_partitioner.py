@@ -63,14 +63,14 @@ def murmur2_column(keys: pa.Array) -> np.ndarray:
     uint32 (the bits Java returns), computed over the column's buffers a
     4-byte block position at a time: no Python object per key. Null slots
     get a meaningless value; callers mask them."""
-    from ._record_chunks import _data, _offsets
+    from ._record_chunks import value_data, value_offsets
 
     import pyarrow as pa
 
     col = keys.cast(pa.large_binary() if pa.types.is_large_string(keys.type) else pa.binary()) \
         if pa.types.is_string(keys.type) or pa.types.is_large_string(keys.type) else keys
-    offsets = _offsets(col)
-    data = np.frombuffer(_data(col), dtype=np.uint8)
+    offsets = value_offsets(col)
+    data = np.frombuffer(value_data(col), dtype=np.uint8)
     starts, lengths = offsets[:-1], np.diff(offsets)
     m = np.uint32(_M)
     h = (np.uint32(_SEED) ^ lengths.astype(np.uint32))

@@ -30,7 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["Body", "BODIES", "RecordChunk", "encode_by_partition", "as_binary_column"]
+__all__ = ["Body", "BODIES", "RecordChunk", "encode_by_partition", "as_binary_column", "value_offsets", "value_data"]
 
 Body = Literal["binary", "json"]
 BODIES: tuple[Body, ...] = ("binary", "json")
@@ -90,14 +90,15 @@ def as_binary_column(values: pa.Array) -> pa.Array:
     raise ValueError(f"a record value must be string or binary, got {values.type}")
 
 
-def _offsets(col: pa.Array) -> np.ndarray:
+def value_offsets(col: pa.Array) -> np.ndarray:
     """The column's value offsets (count + 1), int64, relative to its data buffer."""
     width = np.int64 if pa.types.is_large_binary(col.type) else np.int32
     buf = col.buffers()[1]
     return np.frombuffer(buf, dtype=width, count=len(col) + 1, offset=col.offset * width().itemsize).astype(np.int64)
 
 
-def _data(col: pa.Array) -> memoryview:
+def value_data(col: pa.Array) -> memoryview:
+    """The column's value bytes (its data buffer; empty when it has none)."""
     buf = col.buffers()[2]
     return memoryview(buf) if buf is not None else memoryview(b"")
 
@@ -125,7 +126,7 @@ def encode_by_partition(values: pa.Array, partitions: np.ndarray, body: Body) ->
 
 
 def _binary_groups(col: pa.Array, order: np.ndarray | None, groups: list[tuple[int, int, int]]) -> dict[int, RecordChunk]:
-    lengths = np.diff(_offsets(col))
+    lengths = np.diff(value_offsets(col))
     prefixes = pa.FixedSizeBinaryArray.from_buffers(
         pa.binary(_PREFIX), len(col), [None, pa.py_buffer(lengths.astype(">u4").tobytes())]
     )
@@ -135,7 +136,7 @@ def _binary_groups(col: pa.Array, order: np.ndarray | None, groups: list[tuple[i
     if order is not None:
         joined = pc.take(joined, pa.array(order))
         lengths = lengths[order]
-    offsets, data = _offsets(joined), _data(joined)
+    offsets, data = value_offsets(joined), value_data(joined)
     out = {}
     for p, start, count in groups:
         base = int(offsets[start])
@@ -152,7 +153,7 @@ def _json_groups(
     items = values.to_pylist()
     if order is not None:
         items = [items[i] for i in order.tolist()]
-    lengths = np.diff(_offsets(col))
+    lengths = np.diff(value_offsets(col))
     if order is not None:
         lengths = lengths[order]
     out = {}
