@@ -129,7 +129,7 @@ class OxiaWriteBatcher:
                 if self._closed:
                     return None
                 shard.cond.wait()
-            batch, size = [shard.queue.popleft()], 0
+            batch = [shard.queue.popleft()]
             size = batch[0].size
             while shard.queue and len(batch) < self._max_batch and size + shard.queue[0].size <= self._max_bytes:
                 item = shard.queue.popleft()

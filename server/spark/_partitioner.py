@@ -18,14 +18,14 @@ partition so that many small tasks do not all favour partition 0.
 from __future__ import annotations
 
 import struct
-from typing import TYPE_CHECKING, Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable
 
 import numpy as np
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["murmur2", "murmur2_column", "to_positive", "partition_for_key", "KeyPartitioner"]
+__all__ = ["murmur2", "murmur2_column", "to_positive", "partition_for_key", "KeyPartitioner", "check_partition_column"]
 
 _M = 0x5BD1E995
 _SEED = 0x9747B28C
@@ -63,12 +63,9 @@ def murmur2_column(keys: pa.Array) -> np.ndarray:
     uint32 (the bits Java returns), computed over the column's buffers a
     4-byte block position at a time: no Python object per key. Null slots
     get a meaningless value; callers mask them."""
-    from ._record_chunks import value_data, value_offsets
+    from ._record_chunks import binary_view, value_data, value_offsets
 
-    import pyarrow as pa
-
-    col = keys.cast(pa.large_binary() if pa.types.is_large_string(keys.type) else pa.binary()) \
-        if pa.types.is_string(keys.type) or pa.types.is_large_string(keys.type) else keys
+    col = binary_view(keys)
     offsets = value_offsets(col)
     data = np.frombuffer(value_data(col), dtype=np.uint8)
     starts, lengths = offsets[:-1], np.diff(offsets)
@@ -155,10 +152,19 @@ class KeyPartitioner:
         return [(first + i) % n for i in range(count)]
 
 
-def check_partitions(values: Sequence[int | None], partitions: int | None) -> None:
-    """Raise ValueError for a null, negative or (when ``partitions`` is known)
-    out-of-range explicit partition number."""
-    for i, p in enumerate(values):
-        if p is None or p < 0 or (partitions is not None and p >= partitions):
-            bound = f"0..{partitions - 1}" if partitions is not None else ">= 0"
-            raise ValueError(f"row {i} of the batch has partition {p!r}; it must be {bound}")
+def check_partition_column(col: pa.Array, partitions: int | None, first_row: int = 0) -> np.ndarray:
+    """An explicit partition column as int64; ValueError naming the first null,
+    negative or (when ``partitions`` is known) out-of-range value, counting
+    rows from ``first_row``."""
+    from ._record_chunks import first_null
+
+    parts = col.to_numpy(zero_copy_only=False)
+    bad = first_null(col)
+    if bad is None:
+        wrong = (parts < 0) | (parts >= partitions) if partitions is not None else parts < 0
+        found = np.flatnonzero(wrong)
+        bad = int(found[0]) if len(found) else None
+    if bad is not None:
+        bound = f"0..{partitions - 1}" if partitions is not None else ">= 0"
+        raise ValueError(f"row {first_row + bad} of the task has partition {col[bad].as_py()!r}; it must be {bound}")
+    return parts.astype(np.int64)

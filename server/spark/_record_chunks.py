@@ -30,7 +30,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["Body", "BODIES", "RecordChunk", "encode_by_partition", "as_binary_column", "value_offsets", "value_data"]
+__all__ = [
+    "Body", "BODIES", "RecordChunk", "encode_by_partition", "as_binary_column", "binary_view", "first_null",
+    "value_offsets", "value_data",
+]
 
 Body = Literal["binary", "json"]
 BODIES: tuple[Body, ...] = ("binary", "json")
@@ -75,12 +78,25 @@ class RecordChunk:
         return head, tail
 
 
+def first_null(col: pa.Array) -> int | None:
+    """The index of the column's first null, or None."""
+    if not col.null_count:
+        return None
+    return int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
+
+
 def as_binary_column(values: pa.Array) -> pa.Array:
     """``values`` (string or binary, plain or large) as binary of the same width,
     a zero-copy view; raises ValueError naming the first null row."""
-    if values.null_count:
-        first = int(np.flatnonzero(values.is_null().to_numpy(zero_copy_only=False))[0])
+    first = first_null(values)
+    if first is not None:
         raise ValueError(f"record {first} of the batch is null; a record value must be a string or bytes")
+    return binary_view(values)
+
+
+def binary_view(values: pa.Array) -> pa.Array:
+    """A string or binary column (plain or large) as binary of the same width,
+    zero-copy; nulls stay nulls."""
     if pa.types.is_string(values.type):
         return values.cast(pa.binary())
     if pa.types.is_large_string(values.type):

@@ -22,7 +22,8 @@ from ._http_client import (
     parse_broker_list,
 )
 from ._options import _int_opt, _opt, _topic
-from ._partitioner import KeyPartitioner
+from ._partitioner import KeyPartitioner, check_partition_column
+from ._record_chunks import BODIES, first_null
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -55,8 +56,6 @@ def produce_arrow_batches(
     key), else round-robin starting at ``task_index``. A null value or
     partition raises ValueError: rows are never dropped.
     """
-    import numpy as np
-
     partitioner = KeyPartitioner(partitions or 1, start=task_index)
     rows = 0
     with TaskProducer(topic, config, on_progress=on_progress) as producer:
@@ -66,22 +65,14 @@ def produce_arrow_batches(
             values = batch.column(batch.schema.get_field_index(value_column))
             if partition_column is not None:
                 col = batch.column(batch.schema.get_field_index(partition_column))
-                parts = col.to_numpy(zero_copy_only=False)
-                bad = np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False)) if col.null_count else ()
-                if not len(bad):
-                    bad = np.flatnonzero((parts < 0) | (parts >= partitions)) if partitions is not None \
-                        else np.flatnonzero(parts < 0)
-                if len(bad):
-                    i = int(bad[0])
-                    bound = f"0..{partitions - 1}" if partitions is not None else ">= 0"
-                    raise ValueError(f"row {rows + i} of the task has partition {col[i].as_py()!r}; it must be {bound}")
+                parts = check_partition_column(col, partitions, first_row=rows)
             elif key_column is not None:
                 parts = partitioner.assign_column(batch.column(batch.schema.get_field_index(key_column)))
             else:
                 parts = partitioner.spread_array(batch.num_rows)
-            if values.null_count:
-                i = int(np.flatnonzero(values.is_null().to_numpy(zero_copy_only=False))[0])
-                raise ValueError(f"row {rows + i} of the task has a null value; a record value must be a string or bytes")
+            null = first_null(values)
+            if null is not None:
+                raise ValueError(f"row {rows + null} of the task has a null value; a record value must be a string or bytes")
             producer.add(values, parts)
             rows += batch.num_rows
         stats = producer.flush()
@@ -137,7 +128,7 @@ class LlogWriter(DataSourceArrowWriter):
             max_request_records=_int_opt(options, "maxRequestRecords", 50_000),
             max_retries=_int_opt(options, "maxRetries", 10, 0),
             max_in_flight=_int_opt(options, "maxInFlight", 4),
-            body=(_opt(options, "produceBody") or "binary").lower(),  # type: ignore[arg-type]
+            body=_body_option(options),
         )
         self.partitions = _int_opt(options, "partitions", None)
         self.progress_address = _opt(options, "_progressAddress")
@@ -210,3 +201,10 @@ class LlogWriter(DataSourceArrowWriter):
             "llog write to %s failed; %d rows of completed tasks stay written (at-least-once: "
             "re-running the write appends them again)", self.topic, rows,
         )
+
+
+def _body_option(options: Mapping[str, str]):  # -> Body
+    body = (_opt(options, "produceBody") or "binary").lower()
+    if body not in BODIES:
+        raise ConfigError(f"option produceBody must be one of {', '.join(BODIES)}, got {body!r}")
+    return body

@@ -118,3 +118,18 @@ def test_infer_format() -> None:
         infer_format(["data/"])
     with pytest.raises(ConfigError, match="different formats"):
         infer_format(["a.csv", "b.json"])
+
+
+def test_produce_body_option_of_the_writer() -> None:
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    from server.spark._write_source import LlogWriter
+
+    schema = StructType([StructField("value", StringType())])
+    opts = {"topic": "t", "brokers": "http://127.0.0.1:1", "partitions": "2"}
+    assert LlogWriter(opts, schema).config.body == "binary"
+    assert LlogWriter({**opts, "PRODUCEBODY": "JSON"}, schema).config.body == "json"
+    with pytest.raises(ConfigError, match="option produceBody must be one of binary, json, got 'xml'"):
+        LlogWriter({**opts, "produceBody": "xml"}, schema)
+    with pytest.raises(ConfigError, match="--body|body must be one of"):
+        ProduceOptions(topic="t", brokers=("http://127.0.0.1:1",), body="xml")

@@ -103,3 +103,17 @@ def test_assign_column_is_assign_with_nulls_round_robin() -> None:
     a, b = KeyPartitioner(7, start=3), KeyPartitioner(7, start=3)
     assert a.assign_column(pa.array(keys)).tolist() == b.assign(keys)
     assert a.spread_array(10).tolist() == b.spread(10)  # both continue the round-robin where it stopped
+
+
+def test_an_explicit_partition_column_is_checked_row_by_row() -> None:
+    from server.spark._partitioner import check_partition_column
+
+    assert check_partition_column(pa.array([0, 3, 1], pa.int32()), 4).tolist() == [0, 3, 1]
+    assert check_partition_column(pa.array([7, 0], pa.int64()), None).tolist() == [7, 0]
+    for values, partitions, words in (
+        ([0, None, 9], 4, "row 11 of the task has partition None; it must be 0..3"),
+        ([0, 2, 4], 4, "row 12 of the task has partition 4; it must be 0..3"),
+        ([0, -1], None, "row 11 of the task has partition -1; it must be >= 0"),
+    ):
+        with pytest.raises(ValueError, match=words.replace(".", r"\.")):
+            check_partition_column(pa.array(values, pa.int32()), partitions, first_row=10)
