@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -82,7 +81,7 @@ def bench_broker(env: dict[str, str], args: argparse.Namespace, label: str) -> d
         argv = [sys.executable, "-m", "loadtest.bench_broker", "--seconds", str(args.seconds),
                 "--paced-seconds", str(args.paced_seconds), "--e2e-seconds", "2", "--consume-seconds", "2",
                 "--batch-max-delay-ms", str(args.batch_max_delay_ms), "--clients", str(args.clients),
-                "--json", str(out)]
+                "--records-per-request", str(args.records_per_request), "--json", str(out)]
         print(f"[bench] bench_broker {label} ...", flush=True)
         done = subprocess.run(argv, env={**os.environ, **env}, capture_output=True, text=True, check=False)
         if done.returncode != 0:
@@ -100,6 +99,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--clients", type=int, default=128,
                         help="concurrent produce clients (default 128: with a slower store, more requests must be in "
                              "flight for the same rate; 128 x 512 KiB covers 8 flushes of 8 MiB)")
+    parser.add_argument("--records-per-request", type=int, default=512,
+                        help="1 KiB records per produce request (default 512)")
     parser.add_argument("--probe-puts", type=int, default=12, help="8 MiB PUTs to measure the profile (default 12)")
     parser.add_argument("--proxy-arg", action="append", default=[], metavar="FLAG=VALUE",
                         help="pass a flag to the proxy, e.g. --proxy-arg=-put-base=120ms")

@@ -27,7 +27,6 @@ import os
 import shlex
 import sys
 import tempfile
-import threading
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -42,6 +41,7 @@ from loadtest._pipeline import (
     tally_input,
     wait_until,
 )
+from loadtest._spark_warmup import SparkWarmup
 from server._errors import LlogError
 
 TOPIC = "orders"
@@ -82,81 +82,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.input is not None and not args.input.is_file():
         p.error(f"--input {args.input}: no such file")
     return args
-
-
-class SparkWarmup:
-    """Starts the Spark session on a thread while the rest of the set-up runs,
-    then, once the broker is up, runs the produce path on a 20,000-row sample
-    without sending it (Spark's ``noop`` sink, then the ``llog`` writer on
-    no rows): the JVM's first jobs, its JIT and the Python workers' start-up
-    (several seconds on a small machine) are paid during set-up, and the
-    produce step measures the job itself. Nothing is written."""
-
-    CONF = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "4", "spark.driver.memory": "2g"}
-    SAMPLE_ROWS = 20_000
-
-    def __init__(self, workdir: Path) -> None:
-        self.workdir = workdir
-        self.spark = None
-        self.session_s = self.warmup_s = 0.0
-        self._broker_url: str | None = None
-        self._broker_ready = threading.Event()
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="spark-warmup", daemon=True)
-        self._thread.start()
-
-    def broker_ready(self, url: str) -> None:
-        self._broker_url = url
-        self._broker_ready.set()
-
-    def _run(self) -> None:
-        try:
-            from pyspark.sql import functions as F
-
-            from server.spark.produce_job import ProduceOptions, load_input, prepare_records, spark_session
-
-            started = time.monotonic()
-            self.spark = spark_session("llog-quick-run", master="local[2]", conf=self.CONF)
-            self.session_s = time.monotonic() - started
-            sample = self.workdir / "warmup.jsonl"
-            generate_orders(sample, self.SAMPLE_ROWS)
-            self._broker_ready.wait()
-            started = time.monotonic()
-            options = ProduceOptions(topic="warmup", brokers=(self._broker_url,), partitions=8,
-                                     key_column="customer_id", input_format="json")
-            df, fmt = load_input(self.spark, str(sample), "json")
-            records = prepare_records(df, options, fmt)
-            # Spark's "noop" sink runs the whole plan (read, JSON parse of the
-            # key) and discards the rows: the JIT compiles the hot loops.
-            records.write.format("noop").mode("overwrite").save()
-            # A filter Spark cannot fold away, so the writer's tasks do start
-            # (Python workers, imports) and get no rows.
-            (records.where(F.length("value") < 0).write.format("llog").mode("append")
-             .option("topic", "warmup").option("brokers", self._broker_url).option("partitions", "8").save())
-            self.warmup_s = time.monotonic() - started
-        except BaseException as exc:  # handed to the main thread by result()
-            self._error = exc
-
-    def result(self, timeout_s: float):
-        """The warm SparkSession (raises what the thread raised)."""
-        self._broker_ready.set()  # never leave the thread waiting
-        self._thread.join(timeout_s)
-        if self._thread.is_alive():
-            raise StepFailed(f"Spark did not start within {timeout_s:.0f} s")
-        if self._error is not None:
-            raise self._error
-        # Spark keeps its active session per JVM thread, and the lookup of the
-        # "llog" data source goes through it: make the warm-up thread's
-        # session this thread's too.
-        jvm = self.spark._jvm  # type: ignore[union-attr]
-        jvm.org.apache.spark.sql.SparkSession.setActiveSession(self.spark._jsparkSession)  # type: ignore[union-attr]
-        return self.spark
-
-    def stop(self) -> None:
-        self._broker_ready.set()
-        self._thread.join()
-        if self.spark is not None:
-            self.spark.stop()
 
 
 def counter_sum(snapshot: dict, name: str, **labels: str) -> float:

@@ -207,3 +207,23 @@ def test_bad_options_fail_before_any_write(spark, broker_factory, tmp_path: Path
     with pytest.raises(ConfigError, match="needs structured input"):
         run_produce_job(spark, str(good), ProduceOptions(**opts, input_format="text", key_column="customer"))
     assert produce_count(broker) == 0
+
+
+def test_quick_run_warm_up_runs_the_produce_path_and_sends_nothing(spark, broker_factory, tmp_path: Path) -> None:
+    """The Spark warm-up of quick_run reads, parses and hands a sample to
+    Python workers (the discard source), then runs the llog writer on no
+    rows: the broker sees no produce request, and the session it returns
+    still produces."""
+    from loadtest._spark_warmup import SparkWarmup
+
+    broker = broker_factory()
+    warmup = SparkWarmup(tmp_path, sample_rows=4_000)
+    warmup.broker_ready(broker.url)
+    session = warmup.result(300)
+    assert warmup.warmup_s > 0
+    assert produce_count(broker) == 0
+    topic = f"warm-{uuid.uuid4().hex[:8]}"
+    df = session.createDataFrame([(f"v{i}",) for i in range(10)], "value string")
+    summary = run_produce_job(session, df, ProduceOptions(topic=topic, brokers=(broker.url,), partitions=2),
+                              progress=lambda line: None)
+    assert summary.stats.records_acked == 10 and produce_count(broker) > 0
