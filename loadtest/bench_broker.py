@@ -43,6 +43,7 @@ from pathlib import Path
 from loadtest._common import Broker, put_bandwidth, run_threads, stack_env
 from server._broker.binary import PRODUCE_BINARY_CONTENT_TYPE, encode_binary_produce
 from server._broker.consume_binary import CONSUME_BINARY_CONTENT_TYPE, parse_binary_consume
+from server._config import BatchConfig
 from typing import Any, Callable
 
 MIB = 1024 * 1024
@@ -63,6 +64,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--consume-seconds", type=float, default=4.0, help="most time per consume phase (default 4)")
     p.add_argument("--batch-max-delay-ms", type=int, default=500, help="LLOG_BATCH_MAX_DELAY_MS (default 500)")
     p.add_argument("--batch-max-bytes", type=int, default=8 * MIB, help="LLOG_BATCH_MAX_BYTES (default 8 MiB)")
+    p.add_argument("--batch-max-block-ms", type=int, default=BatchConfig().max_block_ms,
+                   help=f"LLOG_BATCH_MAX_BLOCK_MS: how long a produce waits for room in a full buffer "
+                        f"(default {BatchConfig().max_block_ms}; 0 refuses at once with 503)")
     p.add_argument("--body", choices=("json", "binary"), default="binary",
                    help="produce body of phases 1-2: binary (application/vnd.llog.produce.v1, default) or json")
     p.add_argument("--consume-body", choices=("json", "binary"), default="binary",
@@ -415,7 +419,8 @@ def main(argv: list[str] | None = None) -> int:
         env.update({
             "LLOG_BATCH_MAX_DELAY_MS": str(args.batch_max_delay_ms),
             "LLOG_BATCH_MAX_BYTES": str(args.batch_max_bytes),
-            "LLOG_BATCH_MAX_BUFFER_BYTES": str(max(64 * MIB, 8 * args.batch_max_bytes)),
+            "LLOG_BATCH_MAX_BUFFER_BYTES": str(max(BatchConfig().max_buffer_bytes, 16 * args.batch_max_bytes)),
+            "LLOG_BATCH_MAX_BLOCK_MS": str(args.batch_max_block_ms),
         })
         logs = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="llog-bench-logs-")))
         broker = Broker(env, "both", logs / "broker.log")

@@ -8,9 +8,11 @@ submission order) and fans the result back out: each caller's group gets
 its own contiguous slice of the partition's offsets.
 
 Back-pressure: every accepted payload byte counts against
-``max_buffer_bytes`` until its flush has committed; a submit that would
-exceed the cap fails at once with BackPressureRejected and nothing of it is
-buffered. ``close()`` flushes what was accepted, then stops.
+``max_buffer_bytes`` until its flush has committed. A submit that would
+exceed the cap waits for room up to ``max_block_ms``, in arrival order (a
+large submission is not overtaken by later small ones), then fails with
+BackPressureRejected and nothing of it is buffered. ``close()`` wakes the
+waiters with ProducerClosed, flushes what was accepted, then stops.
 
 Pipelining: a flush is two steps, the shared blob's PUT
 (``writer.stage_shared``) and the partitions' commits
@@ -32,7 +34,7 @@ import logging
 import queue
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Mapping, Sequence
@@ -97,6 +99,7 @@ class BatchingProducer:
         self._queued_bytes = 0
         self._inflight_bytes = 0  # queued + being flushed
         self._first_at: float | None = None
+        self._waiters: deque[object] = deque()  # submissions waiting for room, in arrival order
         self._flush_requested = False
         self._closing = False
         self._closed = False
@@ -148,12 +151,8 @@ class BatchingProducer:
         with self._cond:
             if self._closing:
                 raise ProducerClosed("the producer is closed")
-            if self._inflight_bytes + nbytes > self.config.max_buffer_bytes:
-                self.metrics.inc("batcher_backpressure_rejections_total")
-                raise BackPressureRejected(
-                    f"producer buffer full: {self._inflight_bytes} of {self.config.max_buffer_bytes} "
-                    f"bytes in flight, {nbytes} more refused; retry after a short wait"
-                )
+            if self._waiters or self._inflight_bytes + nbytes > self.config.max_buffer_bytes:
+                self._wait_for_room(nbytes)
             self._queue.append(sub)
             self._queued_bytes += nbytes
             self._inflight_bytes += nbytes
@@ -169,6 +168,34 @@ class BatchingProducer:
         self.metrics.inc("batcher_records_total", sum(len(g.payloads) for g in groups))
         self.metrics.inc("batcher_payload_bytes_total", nbytes)
         return sub.future
+
+    def _wait_for_room(self, nbytes: int) -> None:
+        """Wait (lock held) until this submission is the oldest waiting and
+        fits, for at most ``max_block_ms``; raise BackPressureRejected then,
+        or ProducerClosed when the producer closes meanwhile."""
+        ticket = object()
+        self._waiters.append(ticket)
+        if self.config.max_block_ms:
+            self.metrics.inc("batcher_backpressure_waits_total")
+        deadline = time.monotonic() + self.config.max_block_ms / 1000.0
+        try:
+            while True:
+                if self._closing:
+                    raise ProducerClosed("the producer is closed")
+                if self._waiters[0] is ticket and self._inflight_bytes + nbytes <= self.config.max_buffer_bytes:
+                    return
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    self.metrics.inc("batcher_backpressure_rejections_total")
+                    raise BackPressureRejected(
+                        f"producer buffer full: {self._inflight_bytes} of {self.config.max_buffer_bytes} "
+                        f"bytes in flight, {nbytes} more refused after waiting {self.config.max_block_ms} ms "
+                        "(LLOG_BATCH_MAX_BLOCK_MS); retry after a short wait"
+                    )
+                self._cond.wait(left)
+        finally:
+            self._waiters.remove(ticket)
+            self._cond.notify_all()  # the next waiter may be the oldest now
 
     def append_shared(
         self, groups: Sequence[SharedAppendGroup], timeout: float | None = None

@@ -77,6 +77,7 @@ _PRODUCE = (
     _c("batcher_records_total", "Records handed to the shared batcher"),
     _c("batcher_payload_bytes_total", "Payload bytes handed to the shared batcher"),
     _c("batcher_backpressure_rejections_total", "Submissions refused because the batcher buffer was full"),
+    _c("batcher_backpressure_waits_total", "Submissions that waited for room in a full batcher buffer"),
     _g("batcher_inflight_bytes", "Bytes queued or being flushed by the batcher (the buffer in use)"),
     _g("batcher_queued_submissions", "Submissions waiting for the next flush (batcher depth)"),
     _c("batcher_flushes_total", "Flushes: one shared WAL blob plus its Oxia commits"),
@@ -223,7 +224,8 @@ PRESENT_AT_START: dict[str, tuple[str, ...]] = {
     "broker_write": (
         "produce_records_total", "produce_payload_bytes_total", "produce_timeouts_total", "produce_request_seconds",
         "batcher_flushes_total", "batcher_flush_requests_total", "batcher_submits_total", "batcher_records_total", "batcher_payload_bytes_total",
-        "batcher_backpressure_rejections_total", "batcher_inflight_bytes", "batcher_queued_submissions",
+        "batcher_backpressure_rejections_total", "batcher_backpressure_waits_total", "batcher_inflight_bytes",
+        "batcher_queued_submissions",
         "batcher_flush_partitions_total", "batcher_flush_seconds", "batcher_queue_wait_seconds",
         "writer_records_total", "writer_payload_bytes_total", "writer_blobs_total", "writer_blob_bytes_total",
         "writer_cas_conflicts_total", "writer_outcome_unknown_total",

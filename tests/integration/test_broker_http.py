@@ -245,7 +245,8 @@ def test_keep_alive_survives_errors(client, unique_topic) -> None:
 
 def test_503_under_back_pressure_writes_nothing_of_the_rejected_request(broker_factory) -> None:
     # No flush is due by time (the delay never comes), only by bytes: the
-    # first request stays buffered until the test fills the buffer.
+    # first request stays buffered until the test fills the buffer, so the
+    # second waits LLOG_BATCH_MAX_BLOCK_MS (1 s by default) for room in vain.
     b = broker_factory(env={
         "LLOG_BATCH_MAX_BYTES": "1000000", "LLOG_BATCH_MAX_BUFFER_BYTES": "1000000",
         "LLOG_BATCH_MAX_DELAY_MS": "600000",

@@ -123,10 +123,12 @@ def test_csv_and_parquet_inputs_send_rows_as_json(spark, broker_factory, tmp_pat
 
 
 def test_back_pressure_503_is_retried_and_nothing_is_lost_or_duplicated(spark, broker_factory) -> None:
-    """A broker with a 32 KiB producer buffer and a 300 ms flush delay answers
-    503 to the third concurrent 12 KiB request; the job retries until done."""
+    """A broker with a 32 KiB producer buffer, a 300 ms flush delay and no
+    wait for room answers 503 to the third concurrent 12 KiB request; the
+    job retries until done."""
     broker = broker_factory(env={
         "LLOG_BATCH_MAX_BYTES": "32768", "LLOG_BATCH_MAX_BUFFER_BYTES": "32768", "LLOG_BATCH_MAX_DELAY_MS": "300",
+        "LLOG_BATCH_MAX_BLOCK_MS": "0",
     })
     topic = f"bp-{uuid.uuid4().hex[:8]}"
     values = [f"{i:05d}-" + "x" * 194 for i in range(800)]  # 160 KB

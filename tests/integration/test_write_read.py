@@ -239,7 +239,7 @@ def test_legacy_partition_local_wal_objects_stay_readable(writer, reader, s3, ll
 def test_batching_producer_backpressure_against_real_stack(writer, reader):
     writer.initialize_partition("bp", 0)
     # Nothing triggers a flush by itself: both submissions stay buffered.
-    with BatchingProducer(writer, BatchConfig(max_bytes=4096, max_delay_ms=60_000, max_buffer_bytes=4096)) as bp:
+    with BatchingProducer(writer, BatchConfig(max_bytes=4096, max_delay_ms=60_000, max_buffer_bytes=4096, max_block_ms=0)) as bp:
         first = bp.submit([SharedAppendGroup("bp", 0, [b"a" * 2000])])
         second = bp.submit([SharedAppendGroup("bp", 0, [b"b" * 2000])])
         with pytest.raises(BackPressureRejected):

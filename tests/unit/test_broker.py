@@ -25,6 +25,7 @@ from server.leaderless_log_broker import Response
 from server.leaderless_log_metrics import LlogMetrics
 from server.leaderless_log_reader import LeaderlessLogReader
 from server.leaderless_log_writer import BatchingProducer, LeaderlessLogWriter, SharedAppendGroup
+from tests._waiting import wait_until
 
 OXIA = OxiaConfig("fake:1", root_prefix="llog")
 S3 = S3Config("llog")
@@ -206,7 +207,7 @@ def test_413_more_payload_than_the_producer_buffer(cluster: Cluster) -> None:
 
 
 def test_503_when_back_pressure_refuses_every_batch(cluster: Cluster) -> None:
-    broker = cluster.broker(batch=BatchConfig(max_bytes=8, max_delay_ms=1, max_buffer_bytes=8))
+    broker = cluster.broker(batch=BatchConfig(max_bytes=8, max_delay_ms=1, max_buffer_bytes=8, max_block_ms=0))
     cluster.writer.block.set()
     first, answers = in_thread(lambda: broker.produce(body(("t", 0, ["12345"]))))
     assert cluster.writer.entered.wait(10)  # 5 of 8 buffer bytes are in flight
@@ -218,6 +219,25 @@ def test_503_when_back_pressure_refuses_every_batch(cluster: Cluster) -> None:
     cluster.writer.release.set()
     first.join(10)
     assert answers[0].status == 200
+
+
+def test_a_produce_over_a_full_buffer_waits_for_room_then_commits(cluster: Cluster) -> None:
+    """Within LLOG_BATCH_MAX_BLOCK_MS a full buffer delays a produce instead
+    of refusing it: it is answered 200 once the flush in the way commits."""
+    broker = cluster.broker(batch=BatchConfig(max_bytes=8, max_delay_ms=1, max_buffer_bytes=8, max_block_ms=10_000))
+    cluster.writer.block.set()
+    first, first_answer = in_thread(lambda: broker.produce(body(("t", 0, ["12345"]))))
+    assert cluster.writer.entered.wait(10)  # 5 of 8 buffer bytes are in flight
+    second, second_answer = in_thread(lambda: broker.produce(body(("t", 0, ["6789"]))))
+    metrics = broker.producer.metrics
+    wait_until(lambda: metrics.counter("batcher_backpressure_waits_total") == 1, what="the second produce waiting")
+    assert not second_answer
+    cluster.writer.release.set()
+    first.join(10)
+    second.join(10)
+    assert first_answer[0].status == 200 and second_answer[0].status == 200
+    assert [r["start_offset"] for r in doc(second_answer[0])["results"]] == [2]
+    assert metrics.counter("batcher_backpressure_rejections_total") == 0
 
 
 def test_504_when_no_flush_outcome_arrives_in_time_and_the_late_commit_still_fills_the_cache(
@@ -313,7 +333,6 @@ def test_a_produce_request_id_is_logged_on_the_flush_it_joined(cluster: Cluster,
     import logging
     import re
 
-    from tests._waiting import wait_until
 
     caplog.set_level(logging.DEBUG, logger="server")
     broker = cluster.broker(batch=BatchConfig(max_delay_ms=1))

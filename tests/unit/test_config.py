@@ -205,9 +205,10 @@ def test_batch_defaults() -> None:
 
 def test_batch_from_env() -> None:
     config = BatchConfig.from_env(
-        {"LLOG_BATCH_MAX_BYTES": "1024", "LLOG_BATCH_MAX_DELAY_MS": "0", "LLOG_BATCH_MAX_BUFFER_BYTES": "4096"}
+        {"LLOG_BATCH_MAX_BYTES": "1024", "LLOG_BATCH_MAX_DELAY_MS": "0", "LLOG_BATCH_MAX_BUFFER_BYTES": "4096",
+         "LLOG_BATCH_MAX_BLOCK_MS": "0"}
     )
-    assert config == BatchConfig(1024, 0, 4096)
+    assert config == BatchConfig(1024, 0, 4096, max_block_ms=0)
 
 
 @pytest.mark.parametrize(
@@ -216,6 +217,7 @@ def test_batch_from_env() -> None:
         ({"max_bytes": 0}, "LLOG_BATCH_MAX_BYTES"),
         ({"max_delay_ms": -1}, "LLOG_BATCH_MAX_DELAY_MS"),
         ({"max_bytes": 100, "max_buffer_bytes": 99}, "LLOG_BATCH_MAX_BUFFER_BYTES"),
+        ({"max_block_ms": -1}, "LLOG_BATCH_MAX_BLOCK_MS"),
     ],
 )
 def test_batch_validation(kwargs: dict, var: str) -> None:
@@ -223,7 +225,9 @@ def test_batch_validation(kwargs: dict, var: str) -> None:
         BatchConfig(**kwargs)
 
 
-@pytest.mark.parametrize("var", ["LLOG_BATCH_MAX_BYTES", "LLOG_BATCH_MAX_DELAY_MS", "LLOG_BATCH_MAX_BUFFER_BYTES"])
+@pytest.mark.parametrize(
+    "var", ["LLOG_BATCH_MAX_BYTES", "LLOG_BATCH_MAX_DELAY_MS", "LLOG_BATCH_MAX_BUFFER_BYTES", "LLOG_BATCH_MAX_BLOCK_MS"]
+)
 def test_batch_bad_text_names_the_variable(var: str) -> None:
     with pytest.raises(ConfigError, match=var):
         BatchConfig.from_env({var: "lots"})

@@ -30,6 +30,7 @@ from server._storage.metastore import InMemoryMetadataStore
 from server._storage.objectstore import InMemoryObjectStore
 from server.leaderless_log_reader import LeaderlessLogReader
 from server.leaderless_log_writer import BatchingProducer, LeaderlessLogWriter, SharedAppendGroup
+from tests._waiting import wait_until
 
 OXIA = OxiaConfig("fake:1", root_prefix="llog")
 S3 = S3Config("llog")
@@ -312,30 +313,98 @@ def test_producer_flushes_on_size(writer, stores):
         assert f.result(timeout=5)[0].ok
 
 
-def test_producer_backpressure_rejects_without_buffering(writer, reader):
+def _gated_puts(writer) -> threading.Event:
+    """Hold every shared-blob PUT until the returned event is set."""
+    gate = threading.Event()
+    original = writer.stage_shared
+
+    def slow(groups):
+        gate.wait(10)
+        return original(groups)
+
+    writer.stage_shared = slow
+    return gate
+
+
+def _submit_in_thread(bp, payload: bytes) -> tuple[threading.Thread, list]:
+    out: list = []
+
+    def run():
+        try:
+            out.append(bp.submit([SharedAppendGroup("orders", 0, [payload])]).result(10))
+        except Exception as exc:  # noqa: BLE001 - the test looks at it
+            out.append(exc)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t, out
+
+
+def test_producer_backpressure_waits_for_room_in_arrival_order(writer, reader):
+    """A full buffer makes submits wait, oldest first: a small one that
+    would fit now waits behind a large one that does not; both are admitted
+    once the flush in the way commits, in that order."""
     writer.initialize_partition("orders", 0)
-    bp = BatchingProducer(writer, BatchConfig(max_bytes=10, max_delay_ms=60_000, max_buffer_bytes=10))
+    bp = BatchingProducer(writer, BatchConfig(max_bytes=5, max_delay_ms=1, max_buffer_bytes=10, max_block_ms=10_000))
     try:
-        gate = threading.Event()
-        original = writer.stage_shared
+        gate = _gated_puts(writer)
+        first = bp.submit([SharedAppendGroup("orders", 0, [b"11111"])])  # 5 of 10 bytes, flushing, held
+        large, large_out = _submit_in_thread(bp, b"22222222")  # 5 + 8 > 10: waits
+        wait_until(lambda: bp.metrics.counter("batcher_backpressure_waits_total") == 1, what="the large submit waiting")
+        small, small_out = _submit_in_thread(bp, b"3")  # 5 + 1 fits, but the large one is older
+        wait_until(lambda: bp.metrics.counter("batcher_backpressure_waits_total") == 2, what="the small submit waiting")
+        assert bp.inflight_bytes == 5 and not large_out and not small_out
+        gate.set()
+        large.join(10)
+        small.join(10)
+        assert first.result(5)[0].ok and large_out[0][0].ok and small_out[0][0].ok
+        assert bp.metrics.counter("batcher_backpressure_rejections_total") == 0
+    finally:
+        bp.close()
+    assert payloads(reader) == [b"11111", b"22222222", b"3"]
 
-        def slow(groups):
-            gate.wait(5)
-            return original(groups)
 
-        writer.stage_shared = slow
+@pytest.mark.parametrize("max_block_ms", [0, 50])
+def test_producer_backpressure_refuses_after_max_block_ms_without_buffering(writer, reader, max_block_ms):
+    writer.initialize_partition("orders", 0)
+    bp = BatchingProducer(writer, BatchConfig(max_bytes=10, max_delay_ms=1, max_buffer_bytes=10,
+                                              max_block_ms=max_block_ms))
+    try:
+        gate = _gated_puts(writer)
         first = bp.submit([SharedAppendGroup("orders", 0, [b"0123456789"])])
-        with pytest.raises(BackPressureRejected):
+        with pytest.raises(BackPressureRejected, match="LLOG_BATCH_MAX_BLOCK_MS"):
             bp.submit([SharedAppendGroup("orders", 0, [b"z"])])
+        assert bp.metrics.counter("batcher_backpressure_waits_total") == (1 if max_block_ms else 0)
+        assert bp.metrics.counter("batcher_backpressure_rejections_total") == 1
         with pytest.raises(InvalidRequest):
             bp.submit([SharedAppendGroup("orders", 0, [b"x" * 11])])
         gate.set()
         assert first.result(5)[0].end_offset == 1
+        # The refused submit left no waiter behind: the next one goes straight in.
+        assert bp.submit([SharedAppendGroup("orders", 0, [b"z"])]).result(5)[0].ok
     finally:
         bp.close()
-    assert payloads(reader) == [b"0123456789"]
+    assert payloads(reader) == [b"0123456789", b"z"]
     with pytest.raises(ProducerClosed):
         bp.submit([SharedAppendGroup("orders", 0, [b"late"])])
+
+
+def test_producer_close_wakes_waiting_submits_with_producer_closed(writer, reader):
+    writer.initialize_partition("orders", 0)
+    bp = BatchingProducer(writer, BatchConfig(max_bytes=10, max_delay_ms=60_000, max_buffer_bytes=10,
+                                              max_block_ms=60_000))
+    gate = _gated_puts(writer)
+    first = bp.submit([SharedAppendGroup("orders", 0, [b"0123456789"])])
+    waiter, out = _submit_in_thread(bp, b"late")
+    wait_until(lambda: bp.metrics.counter("batcher_backpressure_waits_total") == 1, what="the submit waiting")
+    closer = threading.Thread(target=bp.close, daemon=True)
+    closer.start()
+    waiter.join(10)
+    assert len(out) == 1 and isinstance(out[0], ProducerClosed)
+    gate.set()  # close still flushes what was accepted
+    closer.join(10)
+    assert first.result(5)[0].ok
+    assert payloads(reader) == [b"0123456789"]
 
 
 def test_producer_initializes_partitions_lazily(writer, reader):
