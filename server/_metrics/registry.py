@@ -181,7 +181,7 @@ class LlogMetrics:
             children = [(lbl, child) for (n, lbl), child in self._children.items() if n == name]
         if name in self._specs and self._specs[name].kind is Kind.HISTOGRAM:
             raise UnknownMetric(f"metric {name!r} is a histogram: read it with histogram()")
-        return sum(child._value.get() for lbl, child in children if want <= set(lbl))
+        return sum(_scalar_value(child) for lbl, child in children if want <= set(lbl))
 
     def histogram(self, name: str, **labels: object) -> Histogram | None:
         key = (name, _label_key(labels))
@@ -208,7 +208,7 @@ class LlogMetrics:
                 out["histograms"].setdefault(name, {})[label] = _histogram_json(spec, child, samples, top)
             else:
                 section = "counters" if spec.kind is Kind.COUNTER else "gauges"
-                out[section].setdefault(name, {})[label] = child._value.get()
+                out[section].setdefault(name, {})[label] = _scalar_value(child)
         return {"info": info, "uptime_s": round(time.time() - self.started_at, 3), **out}
 
     def prometheus_text(self) -> bytes:
@@ -270,6 +270,16 @@ class _Exported:
 
 def _label_key(labels: dict[str, object]) -> _Labels:
     return tuple(sorted((k, str(v)) for k, v in labels.items()))
+
+
+def _scalar_value(child: Any) -> float:
+    """A counter's or gauge's value, read through prometheus_client's public
+    ``collect()`` (its ``_created`` timestamp sample skipped)."""
+    for metric in child.collect():
+        for s in metric.samples:
+            if not s.name.endswith("_created"):
+                return s.value
+    return 0.0
 
 
 def _histogram_count_sum(child: Any) -> tuple[int, float]:
