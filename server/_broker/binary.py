@@ -13,7 +13,8 @@ Layout (all integers unsigned big-endian)::
     4       2     version       1
     6       2     flags         bit 0: FLUSH (flush these batches now, as JSON's
                                   ``"flush": true``); other bits are refused
-    8       4     batch_count   B >= 1
+    8       4     batch_count   B >= 1; 0 only with FLUSH set (a flush-only
+                                  request: flush what the broker holds)
     12      ...   B batches, back to back, each:
                     2     topic_length  T (1..249, MAX_TOPIC_LENGTH)
                     T     topic         UTF-8, a valid topic name
@@ -97,8 +98,11 @@ def parse_binary_produce(body: bytes, *, max_records: int) -> ProduceRequest:
         raise InvalidField(
             f"header.flags {flags:#06x} at offset 6 sets unknown bits (only bit 0, FLUSH, is defined)", "header.flags"
         )
-    if count == 0:
-        raise InvalidField("header.batch_count must be at least 1, got 0 at offset 8", "header.batch_count")
+    if count == 0 and not flags & FLAG_FLUSH:
+        raise InvalidField(
+            "header.batch_count must be at least 1, got 0 at offset 8 (only a flush-only request, "
+            "flags bit 0 set, may hold no batch)", "header.batch_count",
+        )
     pos = _HEADER.size
     groups: list[SharedAppendGroup] = []
     total = nbytes = 0

@@ -327,6 +327,9 @@ class Broker:
                 "topic_partitions",
             )
         groups = request.groups
+        if not groups:  # a flush-only request (the parser allows none only with flush)
+            self.producer.request_flush()
+            return Response(200, {"results": [], "success_count": 0, "error_count": 0})
         request_id = _new_request_id()
         log.debug(
             "produce %s: %d batches, %d records, %d payload bytes", request_id, len(groups),

@@ -141,7 +141,7 @@ def _topic_field(obj: Mapping[str, Any], where: str) -> str:
         raise InvalidField(f"{field}: {exc.message}", field) from None
 
 
-def _topic_partitions(doc: Mapping[str, Any]) -> list[Any]:
+def _topic_partitions(doc: Mapping[str, Any], *, allow_empty: bool = False) -> list[Any]:
     items = doc.get("topic_partitions")
     if "topic_partitions" not in doc:
         raise InvalidField("topic_partitions is required", "topic_partitions")
@@ -149,8 +149,11 @@ def _topic_partitions(doc: Mapping[str, Any]) -> list[Any]:
         raise InvalidField(
             f"topic_partitions must be an array, got {_json_type(items)}", "topic_partitions"
         )
-    if not items:
-        raise InvalidField("topic_partitions must not be empty", "topic_partitions")
+    if not items and not allow_empty:
+        raise InvalidField(
+            'topic_partitions must not be empty (only a flush-only request, "flush": true, may be)',
+            "topic_partitions",
+        )
     for i, item in enumerate(items):
         if not isinstance(item, dict):
             raise InvalidField(
@@ -212,11 +215,15 @@ class ProduceRequest:
     payload_bytes: int
     flush: bool = False
     """The client asks for its batches to be flushed now, without waiting out
-    the batch delay (a producer's ``flush()``: it has nothing more to add)."""
+    the batch delay (a producer's ``flush()``: it has nothing more to add).
+    With no groups it is a flush-only request: flush what the broker holds."""
 
 
 def parse_produce(doc: Mapping[str, Any], *, max_records: int) -> ProduceRequest:
-    items = _topic_partitions(doc)
+    flush = doc.get("flush", False)
+    if not isinstance(flush, bool):
+        raise InvalidField(f"flush must be a boolean, got {_json_type(flush)}", "flush")
+    items = _topic_partitions(doc, allow_empty=flush)
     groups: list[SharedAppendGroup] = []
     total = 0
     nbytes = 0
@@ -242,9 +249,6 @@ def parse_produce(doc: Mapping[str, Any], *, max_records: int) -> ProduceRequest
         payloads = [decode_record(r, f"{field}[{j}]") for j, r in enumerate(records)]
         nbytes += sum(len(p) for p in payloads)
         groups.append(SharedAppendGroup(topic, partition, payloads))
-    flush = doc.get("flush", False)
-    if not isinstance(flush, bool):
-        raise InvalidField(f"flush must be a boolean, got {_json_type(flush)}", "flush")
     return ProduceRequest(tuple(groups), total, nbytes, flush)
 
 

@@ -203,6 +203,15 @@ class BatchingProducer:
         """Submit and wait. Per-group failures are in the results' ``error``."""
         return self.submit(groups).result(timeout)
 
+    def request_flush(self) -> None:
+        """Start a flush of what is queued now, without waiting for it (a
+        client's flush-only request)."""
+        with self._cond:
+            if self._queue:
+                self._flush_requested = True
+                self._cond.notify_all()
+        self.metrics.inc("batcher_flush_requests_total")
+
     def flush(self, timeout: float | None = None) -> None:
         """Flush everything submitted so far and wait for it to commit."""
         with self._cond:

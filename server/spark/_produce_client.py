@@ -194,6 +194,23 @@ class ProduceClient:
                 )
         return acks
 
+    def request_flush(self, broker: BrokerUrl, stats: ProduceStats, stats_lock: threading.Lock) -> bool:
+        """Send ``broker`` a flush-only request (no records, ``flush``): it
+        flushes what it holds now instead of after its batch delay. A hint:
+        any failure is logged and returns False, and the records it concerns
+        are acknowledged (or retried) by their own requests all the same."""
+        with stats_lock:
+            stats.requests += 1
+        try:
+            reply = self.post(broker, "/produce", encode_request([], self.config.body, flush=True),
+                              CONTENT_TYPES[self.config.body])
+        except _ConnectFailed as exc:
+            log.debug("flush request to %s failed: %s", broker.url, exc)
+            return False
+        if reply.status != 200:
+            log.debug("flush request to %s answered %d: %s", broker.url, reply.status, reply.text[:200])
+        return reply.status == 200
+
     def _send_once(
         self, broker: BrokerUrl, batches: list[Batch], stats: ProduceStats, stats_lock: threading.Lock, flush: bool
     ) -> tuple[list[BatchAck], list[tuple[Batch, _Failure]]]:

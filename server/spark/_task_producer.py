@@ -55,8 +55,10 @@ class TaskProducer:
     request next: the bytes in flight follow the rate times the round trip
     (Little's law) without a tuning knob. ``flush()`` sends the rest, asking
     the broker to flush it now (``"flush": true``) rather than after its batch
-    delay, as a Kafka producer's ``flush()`` skips its linger, and
-    waits; a failure in any request is raised from the next
+    delay, as a Kafka producer's ``flush()`` skips its linger; if requests
+    sent earlier without that hint are still waiting at a broker, it sends
+    that broker one flush-only request; then it waits. A failure in any
+    request is raised from the next
     ``add``/``flush``. Buffered memory stays below about
     ``(max_in_flight + 1) * max_request_bytes``.
     """
@@ -80,6 +82,7 @@ class TaskProducer:
         self._buffered_records = 0
         self._inflight_partitions: set[int] = set()
         self._inflight = 0
+        self._unhinted: dict[BrokerUrl, int] = {}  # requests in flight without the flush hint, per broker
         self._error: BaseException | None = None
         self._pool = ThreadPoolExecutor(config.max_in_flight, thread_name_prefix="llog-produce")
         self._overhead: dict[int, int] = {}  # partition -> batch overhead in the body
@@ -126,12 +129,26 @@ class TaskProducer:
 
     def flush(self) -> ProduceStats:
         """Send everything buffered, wait for every request; return the stats."""
+        flush_requested = False
         with self._cond:
             while True:
                 self._raise_error()
                 self._pump(final=True)
                 if self._inflight == 0 and self._buffered_records == 0:
                     break
+                if not flush_requested and self._buffered_records == 0:
+                    # Everything is sent; requests that went without the hint
+                    # would otherwise wait out their broker's batch delay.
+                    flush_requested = True
+                    waiting = [b for b, n in self._unhinted.items() if n]
+                    if waiting:
+                        self._cond.release()
+                        try:
+                            for broker in waiting:
+                                self.client.request_flush(broker, self.stats, self._stats_lock)
+                        finally:
+                            self._cond.acquire()
+                        continue
                 self._cond.wait(0.5)
         self._maybe_progress(force=True)
         return self.stats
@@ -175,7 +192,10 @@ class TaskProducer:
                     break
                 self._inflight += 1
                 self._inflight_partitions.update(b.partition for b in batches)
-                self._pool.submit(self._run, batches, final)
+                broker = self.client.preferred_broker(self.topic, batches[0].partition)
+                if not final:
+                    self._unhinted[broker] = self._unhinted.get(broker, 0) + 1
+                self._pool.submit(self._run, batches, final, broker)
                 sent = True
                 over = self._buffered_bytes > limit
             if final or not over:
@@ -249,23 +269,22 @@ class TaskProducer:
                 break
         return taken, not buf.chunks
 
-    def _run(self, batches: list[Batch], flush: bool) -> None:
+    def _run(self, batches: list[Batch], flush: bool, broker: BrokerUrl) -> None:
+        acks: list = []
         try:
             acks = self.client.send(batches, self.stats, self._stats_lock, flush=flush)
         except BaseException as exc:  # noqa: BLE001 - handed to the task thread
             with self._cond:
                 if self._error is None:
                     self._error = exc
-                self._inflight -= 1
-                self._inflight_partitions.difference_update(b.partition for b in batches)
-                self._cond.notify_all()
-            return
         with self._cond:
             with self._stats_lock:
                 for a in acks:
                     self.stats.add_ack(a)
             self._inflight -= 1
             self._inflight_partitions.difference_update(b.partition for b in batches)
+            if not flush:
+                self._unhinted[broker] -= 1
             self._cond.notify_all()
 
 

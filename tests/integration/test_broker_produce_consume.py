@@ -8,6 +8,8 @@ import random
 
 import pytest
 
+from tests._waiting import wait_until
+
 from .conftest import value_bytes
 
 pytestmark = pytest.mark.integration
@@ -218,3 +220,30 @@ def test_binary_consume_answer_holds_what_the_json_one_does(broker_factory) -> N
             assert [p.payloads() for p in answer.partitions[:3]] == [list(g[2][2:]) for g in groups]
     bad = writer.client.request("POST", "/consume", {"topic_partitions": []}, headers=binary)
     assert bad.status == 400 and bad.json["field"] == "topic_partitions"
+
+
+def test_a_flush_only_request_cuts_the_batch_delay_short_json_and_binary(broker_factory) -> None:
+    """With a one-minute batch delay a produce is answered once a flush-only
+    request (empty, with flush; JSON or the binary body with no batch) makes
+    the broker flush; the flush-only answer has no results."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from server._broker.binary import PRODUCE_BINARY_CONTENT_TYPE, encode_binary_produce
+
+    b = broker_factory(env={"LLOG_BATCH_MAX_DELAY_MS": "60000"})
+    flush_only = [
+        lambda: b.client.produce([], flush=True),
+        lambda: b.client.request("POST", "/produce", encode_binary_produce([], flush=True),
+                                 {"Content-Type": PRODUCE_BINARY_CONTENT_TYPE}),
+    ]
+    with ThreadPoolExecutor(1) as pool:
+        for i, send_flush in enumerate(flush_only):
+            pending = pool.submit(b.new_client().produce, [{"topic": "fo", "partition": 0, "records": [f"r{i}"]}])
+            wait_until(lambda: b.client.counter("batcher_submits_total") == i + 1, 10, "the produce to be buffered")
+            reply = send_flush()
+            assert reply.status == 200 and reply.json == {"results": [], "success_count": 0, "error_count": 0}
+            answer = pending.result(10)
+            assert answer.status == 200 and answer.json["results"][0]["end_offset"] == i + 1
+    assert b.client.counter("batcher_flush_requests_total") == 2
+    empty = b.client.produce([])
+    assert empty.status == 400 and empty.json["field"] == "topic_partitions"

@@ -221,6 +221,21 @@ def test_503_when_back_pressure_refuses_every_batch(cluster: Cluster) -> None:
     assert answers[0].status == 200
 
 
+def test_a_flush_only_request_flushes_what_the_broker_holds(cluster: Cluster) -> None:
+    """With a one-minute batch delay a produce waits at the broker until a
+    flush-only request (no records, flush) starts its flush; that request is
+    answered at once with no results and writes nothing itself."""
+    broker = cluster.broker(batch=BatchConfig(max_delay_ms=60_000))
+    waiting, answer = in_thread(lambda: broker.produce(body(("t", 0, ["a", "b"]))))
+    wait_until(lambda: broker.producer.inflight_bytes == 2, what="the produce buffered")
+    resp = broker.produce(json.dumps({"topic_partitions": [], "flush": True}).encode())
+    assert resp.status == 200 and doc(resp) == {"results": [], "success_count": 0, "error_count": 0}
+    waiting.join(10)
+    assert answer[0].status == 200 and [r["end_offset"] for r in doc(answer[0])["results"]] == [2]
+    assert broker.producer.metrics.counter("batcher_flush_requests_total") == 1
+    assert broker.producer.metrics.counter("batcher_flushes_total") == 1
+
+
 def test_a_produce_over_a_full_buffer_waits_for_room_then_commits(cluster: Cluster) -> None:
     """Within LLOG_BATCH_MAX_BLOCK_MS a full buffer delays a produce instead
     of refusing it: it is answered 200 once the flush in the way commits."""

@@ -121,6 +121,14 @@ def test_the_flush_flag_is_bit_0_of_the_header_flags() -> None:
     assert parse_binary_produce(one(), max_records=9).flush is False
 
 
+def test_a_flush_only_body_has_no_batch_and_the_flush_flag() -> None:
+    req = parse_binary_produce(encode_binary_produce([], flush=True), max_records=9)
+    assert (req.groups, req.record_count, req.flush) == ((), 0, True)
+    with pytest.raises(InvalidField, match="flush-only") as err:
+        parse_binary_produce(encode_binary_produce([]), max_records=9)
+    assert err.value.field == "header.batch_count"
+
+
 def test_a_batch_whose_length_prefix_lies_is_refused_even_with_a_good_crc() -> None:
     records = struct.pack(">I", 9) + b"ab"  # the prefix claims 9 bytes, 2 follow
     batch = struct.pack(">4sHHIII", b"LLB1", 1, 0, 1, len(records), zlib.crc32(records)) + records

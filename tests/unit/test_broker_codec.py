@@ -245,3 +245,12 @@ def test_produce_flush_is_an_optional_boolean() -> None:
     assert parse_produce(produce_doc(), max_records=100).flush is False
     assert parse_produce({**produce_doc(), "flush": True}, max_records=100).flush is True
     assert parse_produce({**produce_doc(), "flush": False}, max_records=100).flush is False
+
+
+def test_a_flush_only_request_has_no_topic_partitions_and_flush_true() -> None:
+    req = parse_produce({"topic_partitions": [], "flush": True}, max_records=100)
+    assert (req.groups, req.record_count, req.flush) == ((), 0, True)
+    for doc in ({"topic_partitions": []}, {"topic_partitions": [], "flush": False}):
+        with pytest.raises(InvalidField, match="flush-only") as err:
+            parse_produce(doc, max_records=100)
+        assert err.value.field == "topic_partitions"

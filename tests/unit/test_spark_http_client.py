@@ -8,7 +8,6 @@ import base64
 import json
 import socket
 import threading
-import time
 from collections import defaultdict
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Iterator
@@ -53,7 +52,8 @@ def _as_json_body(raw: bytes, content_type: str) -> dict:
 
     req = parse_binary_produce(raw, max_records=10**9)
     return {"topic_partitions": [{"topic": g.topic, "partition": g.partition,
-                                  "records": [record(bytes(r)) for r in g.payloads]} for g in req.groups]}
+                                  "records": [record(bytes(r)) for r in g.payloads]} for g in req.groups],
+            "flush": req.flush}
 
 Script = Callable[[dict], tuple[int, dict]]
 
@@ -216,6 +216,35 @@ def test_flush_asks_the_broker_to_flush_what_it_sends(broker: FakeBroker, body: 
     flags = [(raw[6:8] == b"\x00\x01") if kind == PRODUCE_BINARY_CONTENT_TYPE else json.loads(raw).get("flush", False)
              for kind, raw in broker.raw]
     assert len(flags) >= 2 and flags[0] is False and flags[-1] is True, flags
+
+
+def test_flush_sends_a_flush_only_request_for_requests_sent_without_the_hint(broker: FakeBroker, body: str) -> None:
+    """The task's only request went from add(), without the hint, and waits
+    at the broker (the gate holds it until a flush-only request arrives, as a
+    broker holds it for its batch delay); flush() has nothing left to send,
+    so it asks that broker for a flush with an empty, flush-only request."""
+    flush_only = threading.Event()
+
+    def gate(req: dict) -> None:
+        if not req["topic_partitions"]:
+            assert req["flush"] is True
+            flush_only.set()
+        else:
+            assert flush_only.wait(10), "no flush-only request came while the records waited"
+
+    broker.gate = gate
+    with TaskProducer("t", config(broker.url, max_request_bytes=4096, max_in_flight=1)) as tp:
+        tp.add(["x" * 100] * 30, [0] * 30)  # past a quarter of the bound, within it: one request takes all
+        stats = tp.flush()
+    assert stats.records_acked == 30 and stats.requests == 2 and flush_only.is_set()
+    assert [len(r["topic_partitions"]) for r in broker.requests] == [0, 1]
+
+
+def test_no_flush_only_request_when_the_last_request_carried_the_hint(broker: FakeBroker) -> None:
+    with TaskProducer("t", config(broker.url, max_request_bytes=4096, max_in_flight=1)) as tp:
+        tp.add(["x" * 100] * 5, [0] * 5)  # below a quarter of the bound: nothing goes until flush()
+        assert tp.flush().records_acked == 5
+    assert [len(r["topic_partitions"]) for r in broker.requests] == [1]
 
 
 def test_disjoint_partitions_fly_side_by_side_and_keep_their_order(broker: FakeBroker) -> None:
