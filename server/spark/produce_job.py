@@ -381,6 +381,12 @@ def spark_session(
         # loopback: the llog read moves every record byte across it, and this
         # made spark.read.format("llog") ~15% faster on a 2-core VM (ARCHITECTURE.md).
         "spark.python.unix.domain.socket.enabled": "true",
+        # Spark sizes file splits as (input + files x openCostInBytes) / cores:
+        # with the default 4 MiB one 28 MB file on 2 cores splits 16 + 12 MB,
+        # and the job waits for the larger task; 64 KiB splits it evenly
+        # (quick_run's produce step: median 15.8 -> 20.0 MB/s, loadtest/README.md).
+        # Many small files still pack into few tasks.
+        "spark.sql.files.openCostInBytes": str(64 << 10),
     }
     for k, v in {**defaults, **(conf or {})}.items():
         builder = builder.config(k, v)
