@@ -10,8 +10,9 @@ beside the set-up:
 1. ``SAMPLE_ROWS`` order rows in two files (two tasks, so both Python workers
    of ``local[2]`` start) go through the produce job's own input path (schema
    inference, ``from_json`` of the key) into
-   :class:`loadtest._discard_source.DiscardSource`, a Python data source whose writer imports the ``llog`` writer's modules and
-   drops the Arrow batches. That is the same JVM and worker path as
+   :class:`loadtest._discard_source.DiscardSource`, a Python data source
+   whose writer imports the ``llog`` writer's modules and drops the Arrow
+   batches. That is the same JVM and worker path as
    ``df.write.format("llog")`` up to the first request.
 2. The ``llog`` writer runs on no rows, so its driver-side planning and
    commit (Python processes of their own) are started once.

@@ -187,12 +187,12 @@ class TaskProducer:
             over = self._buffered_bytes > limit
             sent = False
             while self._inflight < cfg.max_in_flight:
-                batches = self._take_request(allow_partial=final or over)
-                if batches is None:
+                taken = self._take_request(allow_partial=final or over)
+                if taken is None:
                     break
+                broker, batches = taken
                 self._inflight += 1
                 self._inflight_partitions.update(b.partition for b in batches)
-                broker = self.client.preferred_broker(self.topic, batches[0].partition)
                 if not final:
                     self._unhinted[broker] = self._unhinted.get(broker, 0) + 1
                 self._pool.submit(self._run, batches, final, broker)
@@ -203,8 +203,8 @@ class TaskProducer:
             if not sent:
                 self._cond.wait(0.5)
 
-    def _take_request(self, allow_partial: bool) -> list[Batch] | None:
-        """The next request: the fullest idle lane's records, within the bounds."""
+    def _take_request(self, allow_partial: bool) -> tuple[BrokerUrl, list[Batch]] | None:
+        """The next request and its broker: the fullest idle lane's records, within the bounds."""
         cfg = self.config
         lanes: dict[tuple[BrokerUrl, int], list[int]] = {}
         for p, buf in self._buffers.items():
@@ -217,7 +217,7 @@ class TaskProducer:
         def volume(ps: list[int]) -> tuple[int, int]:
             return (sum(self._buffers[p].nbytes for p in ps), sum(self._buffers[p].records for p in ps))
 
-        parts = max(lanes.values(), key=volume)
+        (broker, _), parts = max(lanes.items(), key=lambda lane: volume(lane[1]))
         nbytes, nrecords = volume(parts)
         if not allow_partial and nbytes < self._min_request_bytes and nrecords < cfg.max_request_records:
             return None
@@ -237,7 +237,7 @@ class TaskProducer:
                 records_left -= batch.count
             if not drained:
                 break
-        return batches or None
+        return (broker, batches) if batches else None
 
     def _take_records(
         self, buf: _Buffer, room: int, records_left: int, alone_ok: bool
