@@ -41,8 +41,8 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from loadtest._common import Broker, put_bandwidth, run_threads, stack_env
-from server._broker.binary import PRODUCE_BINARY_CONTENT_TYPE, encode_binary_produce
-from server._broker.consume_binary import CONSUME_BINARY_CONTENT_TYPE, parse_binary_consume
+from server._protocol.produce_binary import PRODUCE_BINARY_CONTENT_TYPE, encode_binary_produce
+from server._protocol.consume_binary import CONSUME_BINARY_CONTENT_TYPE, parse_binary_consume
 from server._config import BatchConfig
 from typing import Any, Callable
 

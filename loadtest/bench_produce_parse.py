@@ -18,7 +18,7 @@ import json
 import sys
 import time
 
-from server._broker.binary import PRODUCE_BINARY_CONTENT_TYPE, encode_binary_produce, parse_produce_body
+from server._protocol.produce_binary import PRODUCE_BINARY_CONTENT_TYPE, encode_binary_produce, parse_produce_body
 from server._protocol.codec import encode_batch, join_payloads
 
 

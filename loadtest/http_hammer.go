@@ -925,7 +925,7 @@ func (h *hammer) produceBody(plan []batchPlan, now time.Time) []byte {
 const binaryContentType = "application/vnd.llog.produce.v1"
 
 // produceBodyBinary is produceBody's records in the binary layout
-// (server/_broker/binary.py): "LLP1", version 1, flags 0, batch count, then
+// (server/_protocol/produce_binary.py): "LLP1", version 1, flags 0, batch count, then
 // per batch a u16-prefixed topic, a u32 partition and a bytes-batch-v1 batch
 // (magic "LLB1", version 1, flags 0, record count, records length, CRC-32 of
 // the records, then each record as a u32 length and its bytes); big-endian.
@@ -1426,7 +1426,7 @@ func sendTime(payload []byte) (time.Time, bool) {
 
 const consumeBinaryType = "application/vnd.llog.consume.v1"
 
-// parseBinaryConsume reads the binary consume answer (server/_broker/consume_binary.py):
+// parseBinaryConsume reads the binary consume answer (server/_protocol/consume_binary.py):
 // "LLC1", version 1, flags 0, partition count, record count, payload bytes, waited
 // ms, then per partition a u16-prefixed topic, a u32 partition, the i64 high
 // watermark (-1: unknown), log start, next fetch offset and first offset, a

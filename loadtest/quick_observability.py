@@ -34,9 +34,9 @@ from typing import Any, Callable, Sequence
 
 from devstack import PrometheusServer, ScrapeTarget, ensure_prometheus, free_ports, query_range
 
-from ._dashboard import load_dashboard
-from ._panel_data import TimeRange
-from .render_dashboard import DEFAULT_DASHBOARD, RenderResult, auto_step_s, render
+from dashboard._model import load_dashboard
+from dashboard._panel_data import TimeRange
+from dashboard.render import DEFAULT_DASHBOARD, RenderResult, auto_step_s, render
 
 __all__ = ["QuickObservability", "main"]
 

@@ -7,8 +7,8 @@ through ``retriable`` whether trying the same call again can help::
     LlogError
     ├── ConfigError                    bad or missing configuration (not retriable)
     ├── InvalidRequest                 bad caller input: topic, partition, payloads (not retriable)
-    │   └── InvalidField               (_broker/codec.py) an HTTP request field is wrong: 400, names the field
-    │       └── TooLarge               (_broker/codec.py) over a size limit of the broker: 413
+    │   └── InvalidField               (_protocol/http_json.py) an HTTP request field is wrong: 400, names the field
+    │       └── TooLarge               (_protocol/http_json.py) over a size limit of the broker: 413
     ├── PartitionNotInitialized        the partition has no meta/control record
     ├── OffsetOutOfRange               offset below the log start or at/after the high watermark
     ├── PartitionFenced                the partition's log_state is FENCED; appends are refused
@@ -20,7 +20,7 @@ through ``retriable`` whether trying the same call again can help::
     ├── VersionConflict                a conditional Oxia put/delete saw another version
     ├── InconsistentReadState          the index has a gap or overlaps (a bug or corruption)
     ├── CorruptBatch                   checksum, magic, length or count mismatch in stored bytes
-    ├── MalformedAnswer                (_broker/consume_binary.py) a binary consume answer breaks its
+    ├── MalformedAnswer                (_protocol/consume_binary.py) a binary consume answer breaks its
     │                                  layout (a client-side parse); names the field
     ├── CompactionConflict             another compactor changed the partition under us (retriable)
     ├── UnknownMetric                  (_metrics/spec.py) a metric used under a name, kind or labels
@@ -33,12 +33,12 @@ through ``retriable`` whether trying the same call again can help::
     │       ├── ObjectNotFound         the object (or bucket) does not exist
     │       └── LeanS3Error             (_storage/s3_lean.py) the lean GET's failure, translated by the
     │                                  S3 adapter before it leaves the storage layer
-    └── ProduceError                   (spark/_produce_errors.py) the Spark produce client's errors
+    └── ProduceError                   (client/_produce_errors.py) the Spark produce client's errors
         ├── ProduceFailed              a batch could not be acknowledged (non-retriable answer or
         │   │                          retry budget spent); names broker, topic-partition, last error
         │   └── BrokerUnreachable      the last attempt could not connect to any broker
         ├── ProduceJobFailed           (spark/produce_job.py) a task of the produce job failed
-        └── _ConnectFailed             (spark/_produce_client.py, private) no HTTP answer from a broker
+        └── _ConnectFailed             (client/_produce_client.py, private) no HTTP answer from a broker
 
 No other exception class exists in the package: everything raised on
 purpose is one of these (private control-flow signals included).

@@ -1,201 +1,22 @@
-"""The long-running compactor service (SPEC 7.8): claims, discovery, scheduling, HTTP.
+"""The long-running compactor service (the reference system's module name): a short face.
 
-One process compacts many logs::
+    python -m server.leaderless_log_compactor_server --help
+    llog-compactor --help
 
-    scheduler thread ──► bounded worker pool (LLOG_COMPACTOR_WORKERS daemon threads)
-         │                    each task: claim ─► compact_once ─► release
-         ├─ discovery every LLOG_COMPACTOR_DISCOVERY_INTERVAL_MS
-         └─ per-log next-eligible time (idle / error sleeps with jitter)
-    vacuum thread ──► Vacuum.run_once every LLOG_VACUUM_INTERVAL_MS (0: never)
-    HTTP thread   ──► GET /health, /metrics (JSON), /metrics/prometheus
-
-**Targets.** The seed set ``LLOG_COMPACTOR_TARGETS`` plus every log discovery
-finds: it lists ``[{root}/, {root}/~/)`` on all shards (no partition key) and
-keeps the ``.../meta/control`` keys (SPEC 7.8, 3.3). The set only grows; logs
-are never deleted.
-
-**Scheduling.** Each pass the scheduler shuffles the logs that are eligible
-(not running, next-eligible time reached) and hands as many to the pool as
-it has free workers, so there is at most one task per log in this process
-and no queue of stale decisions. After a task the log's next-eligible time is
-
-- now, after a run that compacted or resumed and left offsets uncompacted
-  (the run hit its per-run limit: keep going);
-- now + idle sleep + U(0, idle jitter), when there was nothing (more) to do,
-  the log was claimed by another compactor, or a run lost a race;
-- now + error sleep + U(0, error jitter), after an error.
-
-**Claims.** Before ``compact_once`` a worker creates the ephemeral
-``meta/compactor-claim`` if absent; "exists" means another compactor is busy
-with the log and it is skipped. An unknown outcome is resolved by reading the
-claim back (ours if it names our ``compactor_id``). The claim is deleted
-afterwards conditional on the version the create returned, so a worker never
-deletes another compactor's claim; if the process dies, Oxia's session expiry
-frees it. A claim of our own never blocks us: with one task per log in this
-process, a claim naming our ``compactor_id`` found by a create is a leftover
-(a release that failed while Oxia was down, with our session surviving the
-outage), so it is deleted conditional on its version and the create
-retried; a failed release is also remembered and retried before the log's
-next run. Claims only avoid wasted work: correctness rests on
-``compact_once``'s own conditional writes.
-
-**Code.** This module is the entry point (``main``, ``--help``) and
-re-exports :class:`CompactorService`; the rest is in ``server/_compaction/``:
-the threads and their wiring in ``service.py``, the scheduling decisions in
-``scheduler.py``, discovery in ``discovery.py``, one task (claim, run,
-release) in ``task_runner.py``, the claims in ``claims.py``, task outcomes
-(``TaskOutcome``) in ``tasks.py``, the vacuum thread in ``vacuum_runner.py``,
-the HTTP handler in ``http.py``, the configuration in ``config.py`` and the
-shared-blob cache in ``blob_cache.py``.
-
-**Shared-blob cache.** The compactors read through
-:class:`~server._compaction.blob_cache.SharedBlobCache` (``LLOG_COMPACTOR_BLOB_CACHE_BYTES``):
-a shared WAL blob that a second log compacts from is fetched whole once and
-sliced from memory, which cuts S3 GETs per compacted MB about tenfold when
-many logs share each flush (see the benchmark in ``loadtest/bench_compactor.py``).
-
-**Shutdown** (SIGTERM, SIGINT, ``close()``): stop scheduling, wait up to
-``LLOG_COMPACTOR_SHUTDOWN_TIMEOUT_MS`` for in-flight runs (each then releases
-its claim), then close the clients. Closing the Oxia client ends its session,
-which drops any claim still held by a run that did not finish in time; such a
-run is simply resumed later by whichever compactor takes the log (every step
-of ``compact_once`` is resumable). A second signal exits at once.
+The service lives in ``server/_compaction/`` (its design in the package
+docstring, the process in ``cli.py``, the threads in ``service.py``); this
+module re-exports its public names and is the entry point.
 """
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
-import json
-import logging
-import os
-import signal
 import sys
-import threading
-from typing import Any, Mapping, Sequence
 
-from ._compaction.config import CompactorServiceConfig, parse_targets
+from ._compaction.cli import config_from_args, main, parse_args
 from ._compaction.service import CompactorService
 from ._compaction.tasks import TaskOutcome, TaskResult
-from ._errors import ConfigError, LlogError
 
 __all__ = ["CompactorService", "TaskOutcome", "TaskResult", "main", "parse_args", "config_from_args"]
-
-log = logging.getLogger(__name__)
-
-
-# -- command line -----------------------------------------------------------------------------------
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        prog="llog-compactor",
-        description=(
-            "The llog compactor service: compacts every initialized log under LLOG_ROOT_PREFIX "
-            "(seed targets plus discovery), one claimed task per log at a time, runs vacuum on an "
-            "interval and serves GET /health, /metrics and /metrics/prometheus. Reads LLOG_OXIA_*, "
-            "LLOG_S3_*, LLOG_COMPACTOR_* and LLOG_VACUUM_* from the environment; flags override them. "
-            "SIGTERM/SIGINT stop it cleanly."
-        ),
-    )
-    p.add_argument("--targets", help="seed logs, e.g. orders:0,orders:1 (LLOG_COMPACTOR_TARGETS)")
-    p.add_argument("--workers", type=int, help="logs compacted in parallel (LLOG_COMPACTOR_WORKERS, default 2)")
-    p.add_argument("--compactor-id", help="identity written into claims (LLOG_COMPACTOR_ID, default hostname-pid)")
-    p.add_argument("--bind-host", help="HTTP bind address (LLOG_COMPACTOR_BIND_HOST, default 127.0.0.1)")
-    p.add_argument("--port", type=int, help="HTTP port, 0 for any free one (LLOG_COMPACTOR_PORT, default 8090)")
-    p.add_argument("--discovery-interval-ms", type=int,
-                   help="scan for new logs this often, 0 disables (LLOG_COMPACTOR_DISCOVERY_INTERVAL_MS, default 30000)")
-    p.add_argument("--idle-sleep-ms", type=int, help="LLOG_COMPACTOR_IDLE_SLEEP_MS (default 1000)")
-    p.add_argument("--error-sleep-ms", type=int, help="LLOG_COMPACTOR_ERROR_SLEEP_MS (default 5000)")
-    p.add_argument("--idle-jitter-ms", type=int, help="LLOG_COMPACTOR_IDLE_JITTER_MS (default 500)")
-    p.add_argument("--error-jitter-ms", type=int, help="LLOG_COMPACTOR_ERROR_JITTER_MS (default 2000)")
-    p.add_argument("--max-offsets-per-run", type=int, help="LLOG_COMPACTOR_MAX_OFFSETS_PER_RUN (default 100000)")
-    p.add_argument("--max-bytes-per-run", type=int, help="LLOG_COMPACTOR_MAX_BYTES_PER_RUN (default 64 MiB)")
-    p.add_argument("--blob-cache-bytes", type=int,
-                   help="memory for shared WAL blobs several logs compact from, 0 disables "
-                        "(LLOG_COMPACTOR_BLOB_CACHE_BYTES, default 128 MiB)")
-    p.add_argument("--shutdown-timeout-ms", type=int,
-                   help="wait this long for in-flight runs on shutdown (LLOG_COMPACTOR_SHUTDOWN_TIMEOUT_MS, default 30000)")
-    p.add_argument("--vacuum-interval-ms", type=int,
-                   help="run vacuum this often, 0 disables (LLOG_VACUUM_INTERVAL_MS, default 600000)")
-    p.add_argument("--vacuum-grace-ms", type=int, help="vacuum grace period (LLOG_VACUUM_GRACE_MS, default 3600000)")
-    p.add_argument("--once", action="store_true",
-                   help="one compaction attempt per known log (targets + discovery), then exit; no HTTP")
-    p.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
-    return p.parse_args(argv)
-
-
-def config_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> CompactorServiceConfig:
-    """The environment's config with every given flag applied on top."""
-    config = CompactorServiceConfig.from_env(env)
-    flags = {
-        "workers": args.workers, "compactor_id": args.compactor_id, "bind_host": args.bind_host,
-        "port": args.port, "discovery_interval_ms": args.discovery_interval_ms,
-        "idle_sleep_ms": args.idle_sleep_ms, "error_sleep_ms": args.error_sleep_ms,
-        "idle_jitter_ms": args.idle_jitter_ms, "error_jitter_ms": args.error_jitter_ms,
-        "max_offsets_per_run": args.max_offsets_per_run, "max_bytes_per_run": args.max_bytes_per_run,
-        "shutdown_timeout_ms": args.shutdown_timeout_ms, "blob_cache_bytes": args.blob_cache_bytes,
-    }
-    changes: dict[str, Any] = {k: v for k, v in flags.items() if v is not None}
-    if args.targets is not None:
-        changes["targets"] = parse_targets(args.targets)
-    vacuum = {"interval_ms": args.vacuum_interval_ms, "grace_ms": args.vacuum_grace_ms}
-    vacuum = {k: v for k, v in vacuum.items() if v is not None}
-    if vacuum:
-        changes["vacuum"] = dataclasses.replace(config.vacuum, **vacuum)
-    return dataclasses.replace(config, **changes)
-
-
-def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
-    """``llog-compactor``: run until SIGTERM/SIGINT (exit 0), or one pass with ``--once``
-    (exit 0 if no attempt failed, else 1). Bad configuration exits 2."""
-    args = parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(threadName)s %(name)s: %(message)s"
-    )
-    try:
-        config = config_from_args(args, env)
-        service = CompactorService.from_env(env, config=config, serve_http=not args.once)
-    except ConfigError as exc:
-        print(f"llog-compactor: {exc}", file=sys.stderr)
-        return 2
-    except LlogError as exc:
-        print(f"llog-compactor: cannot start: {exc}", file=sys.stderr)
-        return 1
-
-    stopping = threading.Event()
-
-    def on_signal(signum: int, _frame: object) -> None:
-        if stopping.is_set():
-            log.warning("second %s: exiting now", signal.Signals(signum).name)
-            os._exit(1)
-        log.info("%s: shutting down", signal.Signals(signum).name)
-        stopping.set()
-        service.request_stop()  # also ends a --once pass early
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-
-    if args.once:
-        try:
-            results = service.run_pass()
-        finally:
-            service.close()
-        counts: dict[str, int] = {}
-        for r in results:
-            counts[r.outcome.value] = counts.get(r.outcome.value, 0) + 1
-        print(json.dumps({"partitions": len(results), "outcomes": counts}))
-        return 1 if counts.get(TaskOutcome.ERROR.value) else 0
-
-    try:
-        service.start()
-        while not stopping.wait(0.5):
-            pass
-    except OSError as exc:  # typically the HTTP port is taken
-        print(f"llog-compactor: cannot serve HTTP on {config.bind_host}:{config.port}: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        service.close()
-    return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -49,10 +49,10 @@ from server._protocol.codec import (  # noqa: E402
     encode_batch,
     encode_shared_blob,
 )
-from server._broker.binary import encode_binary_produce, parse_binary_produce  # noqa: E402
-from server._broker.codec import ConsumedPartition  # noqa: E402
-from server._broker.consume_binary import encode_binary_consume, parse_binary_consume  # noqa: E402
-from server._broker.record_spans import spans_of  # noqa: E402
+from server._protocol.produce_binary import encode_binary_produce, parse_binary_produce  # noqa: E402
+from server._protocol.http_json import ConsumedPartition  # noqa: E402
+from server._protocol.consume_binary import encode_binary_consume, parse_binary_consume  # noqa: E402
+from server._protocol.record_spans import spans_of  # noqa: E402
 from server._errors import PartitionNotInitialized  # noqa: E402
 from server._protocol.keys import LogLayout  # noqa: E402
 from server._protocol.records import (  # noqa: E402
@@ -262,7 +262,7 @@ def build_files() -> dict[str, bytes]:
     return files
 
 
-# The broker's binary /produce body (server/_broker/binary.py): not stored,
+# The broker's binary /produce body (server/_protocol/produce_binary.py): not stored,
 # but pinned the same way, since clients in other languages build it.
 PRODUCE_FILE = "produce-body-2-batches.bin"
 PRODUCE_GROUPS: tuple[tuple[str, int, tuple[bytes, ...]], ...] = (
@@ -290,7 +290,7 @@ def _produce_description(body: bytes) -> dict[str, Any]:
     }
 
 
-# The broker's binary /consume answer (server/_broker/consume_binary.py): one
+# The broker's binary /consume answer (server/_protocol/consume_binary.py): one
 # partition with the three records of BATCH_FILE at offsets 1..3, one never
 # written (an error).
 CONSUME_FILE = "consume-answer-2-partitions.bin"

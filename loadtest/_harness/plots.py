@@ -35,9 +35,9 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.layout_engine import ConstrainedLayoutEngine  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
-from .._draw import DPI, MUTED, UTC, notice, style_time_axis, style_value_axis  # noqa: E402
-from .._panel_data import TimeRange  # noqa: E402
-from .._units import unit_for  # noqa: E402
+from dashboard._draw import DPI, MUTED, UTC, notice, style_time_axis, style_value_axis  # noqa: E402
+from dashboard._panel_data import TimeRange  # noqa: E402
+from dashboard._units import unit_for  # noqa: E402
 from .run_files import RunFiles, load_run  # noqa: E402
 from .samples import (  # noqa: E402
     ServiceSeries,

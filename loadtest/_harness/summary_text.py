@@ -3,14 +3,14 @@
 One line per part (run, client, brokers, compactors, S3, processes, host),
 then the reconciliation: its verdict, the counter comparison, the read-back,
 and every error and warning in full. Numbers read as people read them
-(``1.2 MB/s``, ``$0.0123``), through :mod:`loadtest._units`.
+(``1.2 MB/s``, ``$0.0123``), through :mod:`dashboard._units`.
 """
 
 from __future__ import annotations
 
 from typing import Any, Mapping
 
-from .._units import unit_for
+from dashboard._units import unit_for
 
 __all__ = ["format_summary"]
 

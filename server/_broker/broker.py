@@ -51,7 +51,7 @@ from .._protocol.structs import AppendResult, SharedAppendGroup
 from .._storage.billing import S3Billing, S3Prices
 from .._storage.stores import Stores
 from .._metrics import PRESENT_AT_START, LlogMetrics
-from .codec import (
+from .._protocol.http_json import (
     InvalidField,
     TooLarge,
     append_result_json,
@@ -59,10 +59,10 @@ from .codec import (
     parse_consume,
     parse_json_body,
 )
-from .binary import parse_produce_body
+from .._protocol.produce_binary import parse_produce_body
 from .config import BrokerConfig
 from .consume import BrokerConsumeService
-from .consume_binary import CONSUME_BINARY_CONTENT_TYPE, accepts_binary_consume, encode_binary_consume
+from .._protocol.consume_binary import CONSUME_BINARY_CONTENT_TYPE, accepts_binary_consume, encode_binary_consume
 from .tail_cache import TailCache
 from .tail_cache_file import make_tail_cache
 

@@ -68,13 +68,13 @@ from .._errors import LlogError, OffsetOutOfRange
 from .._log.reader import LeaderlessLogReader
 from .._protocol.keys import TopicPartition
 from .._metrics import LlogMetrics
-from .codec import (
+from .._protocol.http_json import (
     LOG_START_OFFSET,
     ConsumedPartition,
     ConsumeRequest,
 )
 from .consume_storage import Fetch, StorageReads
-from .record_spans import RecordSpan, take_records
+from .._protocol.record_spans import RecordSpan, take_records
 from .tail_cache import HIT, TAIL, NullTailCache, TailCache, TailSignals
 
 __all__ = ["BrokerConsumeService", "ConsumeResult"]

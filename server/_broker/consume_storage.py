@@ -18,9 +18,9 @@ from .._log.reader import LeaderlessLogReader, ResolvedBatch
 from .._protocol.codec import BatchBounds, decode_batch_bounds
 from .._protocol.keys import PartitionKeys, TopicPartition
 from .._metrics import LlogMetrics
-from .codec import ConsumePartition
+from .._protocol.http_json import ConsumePartition
 from .index_cache import IndexCache
-from .record_spans import RecordSpan
+from .._protocol.record_spans import RecordSpan
 
 __all__ = ["Fetch", "StorageReads", "MAX_BATCHES_PER_PARTITION"]
 

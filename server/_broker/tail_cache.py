@@ -45,7 +45,7 @@ from typing import Iterable, NamedTuple, Protocol, Sequence
 
 from .._protocol.keys import TopicPartition
 from .._metrics import LlogMetrics
-from .record_spans import RecordSpan, spans_of, take_records
+from .._protocol.record_spans import RecordSpan, spans_of, take_records
 
 __all__ = [
     "HIT",

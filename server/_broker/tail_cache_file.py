@@ -59,7 +59,7 @@ from .tail_cache import (
     answer_without_records,
     place_slice,
 )
-from .record_spans import RecordSpan, take_records
+from .._protocol.record_spans import RecordSpan, take_records
 
 __all__ = ["FileTailCache", "namespace_key", "make_tail_cache"]
 

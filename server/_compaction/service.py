@@ -1,7 +1,7 @@
 """``CompactorService``: wires the compactor service's parts together and runs its threads.
 
-The design is described in :mod:`server.leaderless_log_compactor_server`
-(the entry point, which also re-exports this class). Each part has its own
+The design is described in :mod:`server._compaction`; the entry point is
+:mod:`server.leaderless_log_compactor_server`. Each part has its own
 module::
 
     scheduler thread ─ Scheduler (scheduler.py): which log is due, delays

@@ -13,7 +13,7 @@ source are loaded on first use.
 
 from __future__ import annotations
 
-from ._http_client import (
+from ..client import (
     BrokerUnreachable,
     ProduceError,
     ProduceFailed,
@@ -21,7 +21,7 @@ from ._http_client import (
     ProduceStats,
     TaskProducer,
 )
-from ._partitioner import murmur2, partition_for_key, to_positive
+from ..client import murmur2, partition_for_key, to_positive
 
 __all__ = [
     "run_produce_job",

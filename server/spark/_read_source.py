@@ -14,7 +14,7 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 from .._config import OxiaConfig
 from .._errors import ConfigError, PartitionNotInitialized
 from .._protocol.keys import LogLayout
-from ._http_client import MIB
+from ..client import MIB
 from ._options import _int_opt, _opt, _partition_list, _resolve, _resolve_end, _topic, parse_offsets, storage_env
 from ._worker_heap import freeze_long_lived
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 
 from .._errors import ConfigError
-from ._http_client import (
+from ..client import (
     MIB,
     ProducerConfig,
     ProduceStats,
@@ -22,8 +22,8 @@ from ._http_client import (
     parse_broker_list,
 )
 from ._options import _int_opt, _opt, _topic
-from ._partitioner import KeyPartitioner, check_partition_column
-from ._record_chunks import BODIES, first_null
+from ..client._partitioner import KeyPartitioner, check_partition_column
+from ..client._record_chunks import BODIES, first_null
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -34,7 +34,7 @@ repeat (given an idempotent sink such as the file sink). Supports
 ``maxRecordsPerTrigger`` and ``Trigger.AvailableNow``.
 
 **Write** (``df.write.format("llog").mode("append")``) goes through the
-brokers with the produce job's client (:mod:`server.spark._http_client`):
+brokers with the produce job's client (:mod:`server.client`):
 column ``value`` (string or binary) is the record; an integer ``partition``
 column places it explicitly, else a ``key`` column (string or binary) picks
 Kafka's murmur2 partition, else records are spread evenly over

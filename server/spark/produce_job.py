@@ -26,7 +26,7 @@ without one, or for a null key, records are spread round-robin.
 The rows go through the ``llog`` data source's writer
 (``df.write.format("llog")``, :mod:`server.spark.datasource`): each Spark
 task gets its slice as Arrow batches, assigns partitions, and hands the
-records to a :class:`~server.spark._http_client.TaskProducer`: bounded
+records to a :class:`~server.client.TaskProducer`: bounded
 multi-partition requests, a stable broker per partition with fallback,
 retries for 503/409-retriable/connection failures. Delivery is **at least
 once**: a record is acknowledged by exactly one produce answer, but a batch
@@ -61,7 +61,7 @@ if __package__ in (None, ""):  # run as a script (spark-submit server/spark/prod
 
 from server._errors import ConfigError, LlogError
 from server._protocol.keys import validate_topic
-from server.spark._http_client import (
+from server.client import (
     MIB,
     BrokerUnreachable,
     ProduceError,

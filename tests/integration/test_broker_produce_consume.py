@@ -153,7 +153,7 @@ def test_binary_produce_body_round_trips_beside_json(broker_factory) -> None:
     answer as a JSON body (checked against openapi.yaml), its records read
     back byte for byte from the tail cache and, through a fresh read-role
     broker, from S3; a malformed one is a 400 naming the field."""
-    from server._broker.binary import PRODUCE_BINARY_CONTENT_TYPE, encode_binary_produce
+    from server._protocol.produce_binary import PRODUCE_BINARY_CONTENT_TYPE, encode_binary_produce
 
     writer = broker_factory()
     binary = {"Content-Type": PRODUCE_BINARY_CONTENT_TYPE}
@@ -187,8 +187,8 @@ def test_binary_consume_answer_holds_what_the_json_one_does(broker_factory) -> N
     on the same keep-alive connection) with the records, offsets and
     watermarks of the JSON answer, from the tail cache and from S3; a bad
     request is still a JSON 400."""
-    from server._broker.binary import PRODUCE_BINARY_CONTENT_TYPE, encode_binary_produce
-    from server._broker.consume_binary import CONSUME_BINARY_CONTENT_TYPE, parse_binary_consume
+    from server._protocol.produce_binary import PRODUCE_BINARY_CONTENT_TYPE, encode_binary_produce
+    from server._protocol.consume_binary import CONSUME_BINARY_CONTENT_TYPE, parse_binary_consume
 
     writer = broker_factory()
     topic = "binanswer"
@@ -228,7 +228,7 @@ def test_a_flush_only_request_cuts_the_batch_delay_short_json_and_binary(broker_
     the broker flush; the flush-only answer has no results."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from server._broker.binary import PRODUCE_BINARY_CONTENT_TYPE, encode_binary_produce
+    from server._protocol.produce_binary import PRODUCE_BINARY_CONTENT_TYPE, encode_binary_produce
 
     b = broker_factory(env={"LLOG_BATCH_MAX_DELAY_MS": "60000"})
     flush_only = [

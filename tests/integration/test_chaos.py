@@ -1,11 +1,11 @@
-"""A short run of the Jepsen-style fault test (``python -m loadtest.chaos``).
+"""A short run of the Jepsen-style fault test (``python -m testing.chaos``).
 
 Real processes: a dedicated standalone Oxia + MinIO (the chaos test SIGKILLs
 Oxia, so it cannot share the session stack), three role-both brokers and one
 compactor service. Eight producers write for 20 s while a nemesis SIGKILLs
 brokers and the compactor every couple of seconds and Oxia once; then every
 partition is read with the library and through every broker's /consume and
-the history is checked (see ``loadtest/_chaos_checker.py``); a consumer
+the history is checked (see ``testing/_chaos_checker.py``); a consumer
 that followed the log during the faults is checked against the final reads
 too. 30-55 s in all.
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import pytest
 
-from loadtest.chaos import ChaosOptions, run
+from testing.chaos import ChaosOptions, run
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

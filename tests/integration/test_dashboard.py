@@ -23,7 +23,7 @@ from typing import Iterator
 import pytest
 
 from devstack import PrometheusQueryError, PrometheusServer, ScrapeTarget, ensure_prometheus, free_ports
-from loadtest._dashboard import load_dashboard
+from dashboard._model import load_dashboard
 from tests._waiting import wait_until
 from tests.integration._compactor_process import Service
 

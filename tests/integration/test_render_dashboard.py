@@ -22,10 +22,10 @@ import pytest
 from PIL import Image
 
 from devstack import PrometheusServer, ScrapeTarget, ensure_prometheus, free_ports, query_range
-from loadtest._dashboard import load_dashboard
-from loadtest._draw import PANEL_PX, columns_for, image_size_px
-from loadtest._panel_data import TimeRange
-from loadtest.render_dashboard import DEFAULT_DASHBOARD, auto_step_s, main, render
+from dashboard._model import load_dashboard
+from dashboard._draw import PANEL_PX, columns_for, image_size_px
+from dashboard._panel_data import TimeRange
+from dashboard.render import DEFAULT_DASHBOARD, auto_step_s, main, render
 from tests._waiting import wait_until
 
 from .conftest import BrokerFactory, BrokerProcess

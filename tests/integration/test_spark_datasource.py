@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from server.spark._partitioner import partition_for_key
+from server.client._partitioner import partition_for_key
 
 from ._spark_helpers import consume_partitions, llog_options, spark  # noqa: F401
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from server._errors import ConfigError
-from server.spark._http_client import BrokerUnreachable, parse_broker_list, rendezvous_order
-from server.spark._partitioner import partition_for_key
+from server.client import BrokerUnreachable, parse_broker_list, rendezvous_order
+from server.client._partitioner import partition_for_key
 from server.spark.produce_job import ProduceJobFailed, ProduceOptions, run_produce_job
 
 from ._spark_helpers import consume_partitions, dead_broker_url, spark, write_jsonl  # noqa: F401

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from server._broker.binary import (
+from server._protocol.produce_binary import (
     PRODUCE_BINARY_CONTENT_TYPE,
     encode_binary_produce,
     parse_binary_produce,
     parse_produce_body,
 )
-from server._broker.codec import InvalidField, TooLarge
+from server._protocol.http_json import InvalidField, TooLarge
 from server._protocol.codec import EncodedRecords, decode_batch, encode_batch, join_payloads
 from server.leaderless_log_reader import LeaderlessLogReader
 from tests.unit.test_broker import OXIA, S3, Cluster, body, cluster, consume_body, doc  # noqa: F401 - fixture

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from server._broker.codec import (
+from server._protocol.http_json import (
     DEFAULT_MAX_BYTES,
     DEFAULT_MAX_WAIT_MS,
     DEFAULT_MIN_BYTES,

@@ -15,7 +15,7 @@ from typing import Iterable
 
 import pytest
 
-from server._broker.codec import ConsumePartition, ConsumeRequest
+from server._protocol.http_json import ConsumePartition, ConsumeRequest
 from server._broker.consume import BrokerConsumeService
 from server._broker.tail_cache import MemoryTailCache, NullTailCache, TailSignals, TailWaiter
 from server._config import BatchConfig, OxiaConfig, S3Config

@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from server._broker.codec import ConsumedPartition
-from server._broker.consume_binary import (
+from server._protocol.http_json import ConsumedPartition
+from server._protocol.consume_binary import (
     CONSUME_BINARY_CONTENT_TYPE,
     MalformedAnswer,
     accepts_binary_consume,
     encode_binary_consume,
     parse_binary_consume,
 )
-from server._broker.record_spans import spans_of
+from server._protocol.record_spans import spans_of
 from server._errors import OffsetOutOfRange
 from server._protocol.codec import encode_batch
 from tests.unit.test_broker import Cluster, body, cluster, consume_body, doc  # noqa: F401 - fixture

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from loadtest._chaos_checker import FAILED, KINDS, OK, UNKNOWN, ProducedBatch, ReadPass, check
-from loadtest._chaos_workload import classify_produce_reply
+from testing._chaos_checker import FAILED, KINDS, OK, UNKNOWN, ProducedBatch, ReadPass, check
+from testing._chaos_workload import classify_produce_reply
 
 T = "t"
 

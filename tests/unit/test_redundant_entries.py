@@ -15,7 +15,7 @@ import threading
 
 import pytest
 
-from server._broker.codec import ConsumePartition, ConsumeRequest
+from server._protocol.http_json import ConsumePartition, ConsumeRequest
 from server._broker.consume import BrokerConsumeService
 from server._broker.tail_cache import NullTailCache, TailSignals
 from server._protocol.codec import decode_batch_bounds

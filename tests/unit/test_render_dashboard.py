@@ -11,12 +11,12 @@ import pytest
 from PIL import Image
 
 from devstack import PrometheusQueryError
-from loadtest import render_dashboard
-from loadtest._dashboard import expand, format_duration, legend_label, load_dashboard, parse_dashboard
-from loadtest._draw import HEADER_PX, MAX_SERIES, PANEL_PX, series_to_draw
-from loadtest._panel_data import Series, TimeRange
-from loadtest._units import unit_for
-from loadtest.render_dashboard import auto_step_s, parse_duration_s, parse_time_s, render
+from dashboard import render as render_dashboard
+from dashboard._model import expand, format_duration, legend_label, load_dashboard, parse_dashboard
+from dashboard._draw import HEADER_PX, MAX_SERIES, PANEL_PX, series_to_draw
+from dashboard._panel_data import Series, TimeRange
+from dashboard._units import unit_for
+from dashboard.render import auto_step_s, parse_duration_s, parse_time_s, render
 
 END_S = 1_717_000_000.0
 WINDOW = TimeRange(END_S - 600, END_S, 5.0)

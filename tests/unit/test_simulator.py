@@ -1,4 +1,4 @@
-"""The deterministic simulator (loadtest/_sim): many seeds pass, a broken
+"""The deterministic simulator (testing/sim): many seeds pass, a broken
 protocol is caught, and a seed replays exactly.
 
 The seed sweep is the protocol test; the other tests keep the simulator
@@ -20,8 +20,8 @@ import pytest
 
 import server._log.recovery as recovery_module
 import server.leaderless_log_reader as reader_module
-from loadtest._sim import SimConfig, SimFailure, _run, run_seed
-from loadtest._sim._stores import oxia_sort_key
+from testing.sim import SimConfig, SimFailure, _run, run_seed
+from testing.sim._stores import oxia_sort_key
 from server._storage.metastore import compare_keys
 
 SEEDS = int(os.environ.get("LLOG_SIM_SEEDS", "2000"))
@@ -76,7 +76,7 @@ def test_replay_is_identical_across_processes():
     expected = run_seed(11).order_hash
     for hash_seed in ("1", "2"):
         env = {**os.environ, "PYTHONHASHSEED": hash_seed, "PYTHONPATH": str(repo)}
-        out = subprocess.run([sys.executable, "-m", "loadtest.simulate", "--seed", "11"], cwd=repo, env=env,
+        out = subprocess.run([sys.executable, "-m", "testing.simulate", "--seed", "11"], cwd=repo, env=env,
                              capture_output=True, text=True, timeout=120)
         assert out.returncode == 0, out.stdout + out.stderr
         assert f"order hash {expected}" in out.stdout, out.stdout

@@ -15,9 +15,9 @@ from typing import Any, Callable, Iterator
 import pyarrow as pa
 import pytest
 
-from server._broker.binary import PRODUCE_BINARY_CONTENT_TYPE, parse_binary_produce
+from server._protocol.produce_binary import PRODUCE_BINARY_CONTENT_TYPE, parse_binary_produce
 from server._errors import ConfigError
-from server.spark._http_client import (
+from server.client import (
     BrokerUnreachable,
     ProduceFailed,
     ProducerConfig,

@@ -8,7 +8,7 @@ from collections import Counter
 import pyarrow as pa
 import pytest
 
-from server.spark._partitioner import KeyPartitioner, murmur2, murmur2_column, partition_for_key, to_positive
+from server.client._partitioner import KeyPartitioner, murmur2, murmur2_column, partition_for_key, to_positive
 
 # apache/kafka clients/src/test/java/org/apache/kafka/common/utils/UtilsTest.java, testMurmur2
 KAFKA_UTILS_TEST = {
@@ -106,7 +106,7 @@ def test_assign_column_is_assign_with_nulls_round_robin() -> None:
 
 
 def test_an_explicit_partition_column_is_checked_row_by_row() -> None:
-    from server.spark._partitioner import check_partition_column
+    from server.client._partitioner import check_partition_column
 
     assert check_partition_column(pa.array([0, 3, 1], pa.int32()), 4).tolist() == [0, 3, 1]
     assert check_partition_column(pa.array([7, 0], pa.int64()), None).tolist() == [7, 0]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from server._broker.record_spans import spans_of, take_records
+from server._protocol.record_spans import spans_of, take_records
 from server._broker.tail_cache import (
     HIT,
     MISS,
@@ -323,7 +323,7 @@ def test_encoded_records_are_held_as_they_came(kind: str, memory, shared) -> Non
     """A binary produce's EncodedRecords go in without a per-record copy
     (memory: kept as they are; file: spliced into its batch) and come out
     byte for byte, overlapping a run already held included."""
-    from server._broker.binary import encode_binary_produce, parse_binary_produce
+    from server._protocol.produce_binary import encode_binary_produce, parse_binary_produce
     from server._protocol.codec import join_payloads
 
     cache, look = (memory, memory) if kind == "memory" else shared

@@ -15,7 +15,7 @@ from typing import Any, Mapping, Protocol
 
 from devstack import PrometheusQueryError
 
-from ._dashboard import Dashboard, Panel, legend_label
+from ._model import Dashboard, Panel, legend_label
 
 __all__ = ["PanelData", "QueryRange", "Series", "TimeRange", "fetch_panel", "reduce_values"]
 

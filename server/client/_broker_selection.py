@@ -3,7 +3,7 @@
 Each topic-partition has a stable preferred broker chosen by rendezvous
 (highest-random-weight) hashing over the broker URLs, so every task of every
 job sends a partition to the same broker and removing a broker only moves
-that broker's partitions (see :mod:`server.spark._http_client`).
+that broker's partitions (see :mod:`server.client`).
 """
 
 from __future__ import annotations

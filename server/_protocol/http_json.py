@@ -31,8 +31,8 @@ from .._errors import (
     PartitionNotInitialized,
     StorageError,
 )
-from .._protocol.keys import validate_topic
-from .._protocol.structs import AppendResult, SharedAppendGroup
+from .keys import validate_topic
+from .structs import AppendResult, SharedAppendGroup
 from .record_spans import RecordSpan
 
 __all__ = [

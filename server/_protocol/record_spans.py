@@ -27,7 +27,7 @@ import struct
 from dataclasses import dataclass
 from typing import Iterable, Iterator, Sequence
 
-from .._protocol.codec import BatchBounds, EncodedRecords
+from .codec import BatchBounds, EncodedRecords
 
 __all__ = ["RecordSpan", "spans_of", "take_records", "MAX_RECORDS_PER_LOOKUP"]
 

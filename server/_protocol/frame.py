@@ -15,8 +15,8 @@ import struct
 from typing import Callable
 
 from .._errors import CorruptBatch, InvalidRequest, LlogError
-from .._protocol.codec import BATCH_HEADER_SIZE, BatchBounds, decode_batch_bounds
-from .._protocol.keys import MAX_TOPIC_LENGTH, validate_topic
+from .codec import BATCH_HEADER_SIZE, BatchBounds, decode_batch_bounds
+from .keys import MAX_TOPIC_LENGTH, validate_topic
 
 __all__ = ["FieldError", "Frame"]
 

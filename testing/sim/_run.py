@@ -93,7 +93,7 @@ class SimFailure(AssertionError):
             *("  " + line for line in self.trace),
             "actors when it failed:",
             *("  " + line for line in self.actors),
-            f"order hash {self.order_hash}; replay: python -m loadtest.simulate --seed {self.seed}",
+            f"order hash {self.order_hash}; replay: python -m testing.simulate --seed {self.seed}",
         ])
 
 

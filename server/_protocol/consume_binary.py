@@ -52,8 +52,8 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from .._errors import LlogError
-from .._protocol.codec import BatchBounds, batch_header
-from .codec import LOG_START_OFFSET, MAX_INT32, ConsumedPartition, error_code
+from .codec import BatchBounds, batch_header
+from .http_json import LOG_START_OFFSET, MAX_INT32, ConsumedPartition, error_code
 from .frame import Frame
 
 __all__ = [

@@ -1,5 +1,5 @@
 """One produce request set: ``POST /produce`` with retries and broker fallback
-(:class:`ProduceClient`; the retry table is in :mod:`server.spark._http_client`)."""
+(:class:`ProduceClient`; the retry table is in :mod:`server.client`)."""
 
 from __future__ import annotations
 

@@ -31,8 +31,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from loadtest._chaos_checker import FAILED, OK, UNKNOWN, ProducedBatch, ReadPass
-from loadtest._chaos_cluster import ChaosCluster
+from testing._chaos_checker import FAILED, OK, UNKNOWN, ProducedBatch, ReadPass
+from testing._chaos_cluster import ChaosCluster
 
 __all__ = [
     "History",

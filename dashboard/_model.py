@@ -1,6 +1,6 @@
 """A Grafana dashboard JSON as values: rows of panels, their PromQL targets, its variables.
 
-Shared by the PNG renderer (``loadtest.render_dashboard``) and by anything
+Shared by the PNG renderer (``dashboard.render``) and by anything
 else that wants to run a dashboard's expressions, e.g. a test that sends every
 panel's PromQL to a real Prometheus::
 

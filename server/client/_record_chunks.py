@@ -4,7 +4,7 @@ A :class:`RecordChunk` is a run of records of one partition already in the
 wire form of the request body, plus where each record ends, so a request can
 take any prefix of it without re-encoding:
 
-- ``binary`` (``application/vnd.llog.produce.v1``, ``server/_broker/binary.py``):
+- ``binary`` (``application/vnd.llog.produce.v1``, ``server/_protocol/produce_binary.py``):
   ``data`` is a ``bytes-batch-v1`` records section, ``N x (u32 length, payload)``,
   exactly what the broker checks and stores. It is built by Arrow kernels
   (the length prefixes as one fixed-size binary column, joined element-wise

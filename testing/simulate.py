@@ -1,13 +1,13 @@
-"""Deterministic simulation of the llog protocol: ``python -m loadtest.simulate``.
+"""Deterministic simulation of the llog protocol: ``python -m testing.simulate``.
 
 Runs the real writer, compactor, fencer, vacuum and reader code as several
 actors over in-memory stores, one store call at a time in an order (and with
 faults) drawn from a seed, and checks SPEC 8's invariants and every read
-after each step (see ``loadtest/_sim``). Examples::
+after each step (see ``testing/sim``). Examples::
 
-    python -m loadtest.simulate --seeds 2000            # seeds 0..1999
-    python -m loadtest.simulate --seeds 500 --start 10000
-    python -m loadtest.simulate --seed 1234             # replay one seed, print its trace
+    python -m testing.simulate --seeds 2000            # seeds 0..1999
+    python -m testing.simulate --seeds 500 --start 10000
+    python -m testing.simulate --seed 1234             # replay one seed, print its trace
 
 Exit status 1 if any seed failed; each failure prints its trace and the
 command that replays it.
@@ -22,14 +22,14 @@ import time
 from collections import Counter
 from typing import Sequence
 
-from loadtest._sim import SimConfig, SimFailure, run_seed
+from testing.sim import SimConfig, SimFailure, run_seed
 
 __all__ = ["main"]
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        prog="python -m loadtest.simulate",
+        prog="python -m testing.simulate",
         description="Deterministic simulation tester for the llog protocol (FoundationDB/VOPR style): "
                     "seeded schedules of real writers, compactors, a fencer, a vacuum and readers over "
                     "in-memory stores, with crashes, lost replies, store errors and time jumps; "

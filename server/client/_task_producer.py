@@ -1,6 +1,6 @@
 """What one Spark task uses to produce: :class:`TaskProducer` buffers records per
 partition and sends bounded multi-partition requests on up to ``max_in_flight``
-concurrent keep-alive connections (see :mod:`server.spark._http_client`)."""
+concurrent keep-alive connections (see :mod:`server.client`)."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ class TaskProducer:
     ``add(values, partitions)`` appends records: ``values`` an Arrow string or
     binary column (or a list of str / bytes), ``partitions`` one partition
     per value. The records are encoded for the body at once, a column at a
-    time (:mod:`server.spark._record_chunks`).
+    time (:mod:`server.client._record_chunks`).
 
     When requests go: each broker's partitions fall into ``max_in_flight``
     lanes (partition mod ``max_in_flight``), and a lane whose partitions are

@@ -1,6 +1,7 @@
-"""Produce client for the llog brokers: ``POST /produce`` with retries and broker fallback.
+"""llog's produce client: ``POST /produce`` with retries and broker fallback.
 
-Two layers, both used by the produce job and by ``df.write.format("llog")``:
+Any Python program can use it (``from server.client import ProduceClient``);
+the Spark writer and the produce job are built on it. Two layers:
 
 - :class:`ProduceClient` sends one set of batches (one batch = records for
   one topic-partition) and returns their acknowledgements, retrying until
@@ -55,8 +56,7 @@ Errors: ``ProduceError`` and its subclasses (``ProduceFailed``,
 
 from __future__ import annotations
 
-# The client lives in private modules by role; this module keeps the names
-# every caller imports (``from server.spark._http_client import ...``).
+# The client lives in private modules by role; this module is its public face.
 # ruff: noqa: F401
 from ._broker_selection import BrokerUrl, check_brokers, parse_broker_list, rendezvous_order
 from ._produce_batches import (
@@ -71,6 +71,7 @@ from ._produce_batches import (
 )
 from ._produce_client import ProduceClient, _ConnectFailed, _Failure, _Reply
 from ._produce_errors import BrokerUnreachable, ProduceError, ProduceFailed
+from ._partitioner import murmur2, partition_for_key, to_positive
 from ._task_producer import TaskProducer, _Buffer
 
 __all__ = [
@@ -85,4 +86,8 @@ __all__ = [
     "ProduceStats",
     "TaskProducer",
     "rendezvous_order",
+    "parse_broker_list",
+    "murmur2",
+    "partition_for_key",
+    "to_positive",
 ]

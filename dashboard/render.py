@@ -1,7 +1,7 @@
 """Draw every panel of a Grafana dashboard to PNG from Prometheus: a look at a run without Grafana.
 
 Example:
-  $LLOG_PY -m loadtest.render_dashboard --prometheus http://127.0.0.1:9090 --out /tmp/dash --last 15m
+  $LLOG_PY -m dashboard.render --prometheus http://127.0.0.1:9090 --out /tmp/dash --last 15m
 
 Output: one image per dashboard row, DIR/NN-<row>.png (the row's panels in
 a grid of 2 or 3 columns), and DIR/index.html showing them with the time
@@ -41,7 +41,7 @@ from typing import Callable, Sequence
 
 from devstack import PrometheusQueryError, query, query_range
 
-from ._dashboard import Dashboard, Panel, Row, load_dashboard
+from ._model import Dashboard, Panel, Row, load_dashboard
 from ._draw import QUERIED_KINDS, draw_row
 from ._panel_data import PanelData, QueryRange, TimeRange, fetch_panel
 
@@ -203,7 +203,7 @@ def _write_index(dashboard: Dashboard, out_dir: Path, images: Sequence[tuple[Row
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m loadtest.render_dashboard",
+        prog="python -m dashboard.render",
         description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -1,5 +1,5 @@
 """Values of the produce client: its configuration, encoded records, batches,
-acknowledgements, request bodies and counters (see :mod:`server.spark._http_client`)."""
+acknowledgements, request bodies and counters (see :mod:`server.client`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from json.encoder import encode_basestring_ascii
 from typing import Any, NamedTuple, Sequence
 
-from .._broker.binary import BINARY_HEADER_SIZE, PRODUCE_BINARY_CONTENT_TYPE, binary_batch_prefix, binary_produce_header
+from .._protocol.produce_binary import BINARY_HEADER_SIZE, PRODUCE_BINARY_CONTENT_TYPE, binary_batch_prefix, binary_produce_header
 from .._errors import ConfigError
 from .._protocol.codec import BATCH_HEADER_SIZE
 from ._broker_selection import BrokerUrl, parse_broker_list

@@ -29,7 +29,7 @@ broker stores, which is why the client builds it. Batches map 1:1, in order,
 to the answer's ``results`` (as ``topic_partitions`` items do in JSON); a
 topic-partition may appear more than once.
 
-Every malformed body is an :class:`~server._broker.codec.InvalidField` (HTTP
+Every malformed body is an :class:`~server._protocol.http_json.InvalidField` (HTTP
 400) naming the field (``batches[2].partition``, ``header.magic``) and the
 byte offset where it lies; the broker's record limit
 (``LLOG_BROKER_MAX_RECORDS_PER_REQUEST``) is :class:`TooLarge` (HTTP 413), as
@@ -41,9 +41,9 @@ from __future__ import annotations
 import struct
 from typing import Sequence
 
-from .._protocol.codec import EncodedRecords, batch_header, encode_batch
-from .._protocol.structs import SharedAppendGroup
-from .codec import MAX_INT32, InvalidField, ProduceRequest, TooLarge, parse_json_body, parse_produce
+from .codec import EncodedRecords, batch_header, encode_batch
+from .structs import SharedAppendGroup
+from .http_json import MAX_INT32, InvalidField, ProduceRequest, TooLarge, parse_json_body, parse_produce
 from .frame import Frame
 
 __all__ = [
