@@ -75,44 +75,57 @@ def test_a_long_lived_client_follows_two_leader_changes(tmp_path):
     """The unpatched client stops applying shard assignments after the first
     update, so after a second leader change it keeps writing to a dead leader.
 
-    Server 0 is the address clients discover through, so each round kills a
-    server other than 0 that leads the shard of some key, and writes that key.
+    Each round kills the leader of one key's shard, whichever server that is
+    (the one clients discover through included: leaders may all sit on one
+    server), waits until the coordinator has elected another leader, starts
+    the old one again as a follower, and then writes the key: the write only
+    lands if the client applied the new assignment.
     """
     import time
 
     from devstack import LocalStack
 
+    def wait_for(what: str, check, timeout_s: float = 60.0):
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                found = check()
+            except Exception as exc:  # a server still down or electing: ask again
+                found, last = None, exc
+            else:
+                last = None
+            if found is not None:
+                return found
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{what} within {timeout_s:.0f} s (last error: {last!r})")
+            time.sleep(0.2)
+
     with LocalStack(tmp_path / "cluster", oxia_mode="cluster", oxia_shards=6) as local:
         env = local.settings.env(root_prefix="failover")
         store = OxiaMetadataStore(OxiaConfig.from_env(env))
         discovery = store._client._service_discovery
-        candidates = [f"k{i}" for i in range(64)]
+        cluster = local.oxia_cluster
         try:
-            for pk in candidates:
-                store.put(f"failover/{pk}", b"0", partition_key=pk)
             for round_ in range(2):
-                leaders = local.oxia_shard_leaders()
-                victims = {
-                    pk: local.oxia_cluster.server_index(leaders[discovery.get_shard(pk).shard])
-                    for pk in candidates
-                }
-                pk, victim = next((k, v) for k, v in victims.items() if v != 0)
+                pk = f"k{round_}"
+                store.put(f"failover/{pk}", b"0", partition_key=pk)
+                shard = discovery.get_shard(pk).shard
+                old_leader = local.oxia_shard_leaders()[shard]
+                victim = cluster.server_index(old_leader)
                 local.kill_oxia_server(victim)
-                # A new leader takes the coordinator a few seconds, more on a
-                # busy CI machine; an unpatched client never gets there at all.
-                killed = time.monotonic()
-                while True:
-                    try:
-                        store.put(f"failover/{pk}", str(round_ + 1).encode(), partition_key=pk)
-                        break
-                    except Exception as exc:
-                        if time.monotonic() - killed > 60:
-                            raise AssertionError(
-                                f"round {round_ + 1}: no write to {pk!r} within 60 s of killing oxia server "
-                                f"{victim}: {exc!r}"
-                            ) from exc
-                        time.sleep(0.2)
-                assert store.get(f"failover/{pk}", pk).value == str(round_ + 1).encode()
+                # Electing a leader takes the coordinator a few seconds, more on a busy machine.
+                wait_for(
+                    f"round {round_ + 1}: a new leader for shard {shard} after killing server {victim}",
+                    lambda: local.oxia_shard_leaders().get(shard) not in (None, old_leader) or None,
+                )
                 local.restart_oxia_server(victim)
+                value = str(round_ + 1).encode()
+
+                def write() -> bool:
+                    store.put(f"failover/{pk}", value, partition_key=pk)
+                    return True
+
+                wait_for(f"round {round_ + 1}: a write to {pk!r} after shard {shard} changed leader", write)
+                assert store.get(f"failover/{pk}", pk).value == value
         finally:
             store.close()
