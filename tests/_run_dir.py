@@ -1,4 +1,4 @@
-"""A synthetic load-test run directory, in the formats of ``loadtest/README.md``
+"""A synthetic load-test run directory, in the formats of ``loadtest/HARNESS.md``
 ("Run directory"), for the summary and plot tests.
 
 :func:`write_run` writes a consistent run: two brokers, one compactor, four

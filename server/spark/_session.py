@@ -41,7 +41,7 @@ def spark_session(
         # Spark sizes file splits as (input + files x openCostInBytes) / cores:
         # with the default 4 MiB one 28 MB file on 2 cores splits 16 + 12 MB,
         # and the job waits for the larger task; 64 KiB splits it evenly
-        # (quick_run's produce step: median 15.8 -> 20.0 MB/s, loadtest/README.md).
+        # X
         # Many small files still pack into few tasks.
         "spark.sql.files.openCostInBytes": str(64 << 10),
     }
