@@ -40,28 +40,9 @@ from typing import Any, Callable, Mapping, NamedTuple, Sequence, TypeVar
 from ._errors import ConfigError
 
 __all__ = [
-    "REQUIRED",
-    "Setting",
-    "Declared",
-    "Flags",
-    "Section",
-    "setting",
-    "same_as",
-    "nested",
-    "declared",
-    "check_settings",
-    "from_env",
-    "values_from_env",
-    "parse_text",
-    "check_value",
-    "shown_default",
-    "env_value",
-    "flag_help",
-    "environment_help",
-    "env_example",
-    "masked_repr",
-    "env_str",
-    "env_int",
+    "REQUIRED", "Setting", "Declared", "Flags", "Section", "setting", "same_as", "nested", "declared",
+    "check_settings", "from_env", "values_from_env", "parse_text", "check_value", "shown_default",
+    "env_value", "flag_help", "environment_help", "env_example", "masked_repr", "env_str", "env_int",
 ]
 
 MIB = 1024 * 1024
