@@ -386,7 +386,8 @@ def _full_help(d: Declared) -> str:
 
 def flag_help(d: Declared) -> str:
     """The help of a flag: the setting's help, its variable and its default."""
-    where = f"{d.setting.env}, " if d.setting.env else ""
+    s = d.setting
+    where = f"{s.env}, " if s.env else f"Spark writer option {s.option}, " if s.option else ""
     return f"{_full_help(d).removesuffix('.')} ({where}{shown_default(d)})"
 
 
