@@ -63,23 +63,36 @@ REQUIRED: Any = _Required()
 
 @dataclass(frozen=True)
 class Setting:
-    """One declared setting (a config field's ``metadata``); see :func:`setting`."""
+    """One declared setting, kept in its config field's ``metadata`` (:func:`setting`)."""
 
     help: str
+    """One or two sentences for ``--help`` and ``.env.example``."""
     env: str | None = None
+    """The variable; None for a client option without one."""
     kind: type = str
+    """int, float, bool or str: how text parses and what the constructor accepts."""
     min: float | None = None
+    """Inclusive bounds (a string's length for str)."""
     max: float | None = None
     choices: tuple[str, ...] = ()
     parse: Callable[[str], Any] | None = None
+    """Text -> value for anything else (raises ConfigError or ValueError)."""
     fallback_env: tuple[str, ...] = ()
+    """Variables read when ``env`` is unset (``AWS_REGION``)."""
     example: str | None = None
+    """The value ``.env.example`` shows where the default is not one."""
     start_default: Callable[[], Any] | None = None
+    """``from_env``'s default, computed when the process starts (``broker-{host}-{pid}``)..."""
     start_default_text: str | None = None
+    """... and how help shows it (``broker-HOST-PID``)."""
     why: str = ""
+    """Appended to a bound error: what goes wrong beyond the bound."""
     option: str | None = None
+    """The Spark data source option (client settings)."""
     flag: bool = True
+    """Whether command lines offer a flag for it."""
     secret: bool = False
+    """Masked in ``repr``."""
 
 
 class Declared(NamedTuple):
@@ -96,46 +109,14 @@ class Declared(NamedTuple):
         return self.setting.env or self.name
 
 
-def setting(
-    help: str,
-    *,
-    env: str | None = None,
-    default: Any = REQUIRED,
-    kind: type | None = None,
-    min: float | None = None,
-    max: float | None = None,
-    choices: Sequence[str] = (),
-    parse: Callable[[str], Any] | None = None,
-    fallback_env: Sequence[str] = (),
-    example: str | None = None,
-    start_default: Callable[[], Any] | None = None,
-    start_default_text: str | None = None,
-    why: str = "",
-    option: str | None = None,
-    flag: bool = True,
-    secret: bool = False,
-) -> Any:
-    """A dataclass field carrying its :class:`Setting`.
-
-    ``help``: one or two sentences for ``--help`` and ``.env.example``.
-    ``kind``: int, float, bool or str (default: the default's type; str for
-    None). ``min``/``max``: inclusive bounds (a string's length for str).
-    ``parse``: text -> value, for anything else (raise ConfigError or ValueError).
-    ``fallback_env``: variables read when ``env`` is unset (``AWS_REGION``).
-    ``example``: the value ``.env.example`` shows when the default is not one.
-    ``start_default``: ``from_env``'s default, computed when the process
-    starts (``broker-{host}-{pid}``), shown as ``start_default_text``.
-    ``why``: appended to a bound error. ``option``: the Spark data source
-    option. ``flag``: whether command lines offer a flag. ``secret``: masked in ``repr``.
-    """
-    if kind is None:
-        kind = str if default is None or default is REQUIRED else type(default)
-    declaration = Setting(
-        help=help, env=env, kind=kind, min=min, max=max, choices=tuple(choices), parse=parse,
-        fallback_env=tuple(fallback_env), example=example, start_default=start_default,
-        start_default_text=start_default_text, why=why, option=option, flag=flag, secret=secret,
-    )
-    metadata = {_SETTING: declaration}
+def setting(help: str, *, default: Any = REQUIRED, **declaration: Any) -> Any:
+    """A dataclass field with ``default`` that carries its :class:`Setting`
+    (``declaration``: the other fields of :class:`Setting`). ``kind`` defaults
+    to the default's type (str for None or :data:`REQUIRED`)."""
+    declaration.setdefault("kind", str if default is None or default is REQUIRED else type(default))
+    for name in ("choices", "fallback_env"):
+        declaration[name] = tuple(declaration.get(name, ()))
+    metadata = {_SETTING: Setting(help=help, **declaration)}
     if default is REQUIRED:
         return dataclasses.field(metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)

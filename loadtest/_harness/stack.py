@@ -191,10 +191,13 @@ class RunStack:
         """The run's shape, as the labels of every series Prometheus scrapes from it."""
         load = self.scenario.load
         return {
-            "scenario": self.scenario.name, "run_id": self.run_id, "brokers": str(len(self.scenario.broker_roles())),
+            "scenario": self.scenario.name,
+            "run_id": self.run_id,
+            "brokers": str(len(self.scenario.broker_roles())),
             "partitions": str(load.partitions),
             "target_records_per_second": str(load.rate if load.mode == "open" else 0),
-            "concurrency": str(load.concurrency if load.mode == "closed" else 0), "record_bytes": str(load.record_bytes),
+            "concurrency": str(load.concurrency if load.mode == "closed" else 0),
+            "record_bytes": str(load.record_bytes),
         }
 
 
