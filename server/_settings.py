@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import os
 import textwrap
 from dataclasses import dataclass
@@ -135,6 +136,7 @@ def nested(config: type) -> Any:
     return dataclasses.field(default_factory=config, metadata={_NESTED: config})
 
 
+@functools.cache
 def declared(config: type) -> tuple[Declared, ...]:
     """The declared settings of a config class, in field order."""
     out = []
