@@ -38,9 +38,18 @@ from dashboard._model import load_dashboard
 from dashboard._panel_data import TimeRange
 from dashboard.render import DEFAULT_DASHBOARD, RenderResult, auto_step_s, render
 
-__all__ = ["QuickObservability", "main"]
+__all__ = ["QuickObservability", "scrape_targets", "main"]
 
 SCRAPE_INTERVAL_MS = 1000
+
+
+def scrape_targets(stack: dict[str, Any]) -> list[ScrapeTarget]:
+    """Every broker and compactor of stack.json, labelled with the run's shape
+    (``scrape_labels``: scenario, run_id, brokers, partitions ...), so every
+    series Prometheus scrapes from the run carries it."""
+    labels = stack.get("scrape_labels") or {"run_id": stack["run_id"]}
+    return [ScrapeTarget(f"{p['host']}:{p['port']}", job=p["kind"], labels=labels)
+            for p in stack["processes"] if p["kind"] in ("broker", "compactor")]
 
 
 class QuickObservability:
@@ -75,8 +84,7 @@ class QuickObservability:
         self._provision_grafana()
 
     def set_targets(self, stack: dict[str, Any]) -> list[ScrapeTarget]:
-        targets = [ScrapeTarget(f"{p['host']}:{p['port']}", job=p["kind"], labels={"run_id": stack["run_id"]})
-                   for p in stack["processes"] if p["kind"] in ("broker", "compactor")]
+        targets = scrape_targets(stack)
         self.prometheus.set_targets(targets)
         return targets
 

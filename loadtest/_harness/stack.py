@@ -8,8 +8,10 @@ line, so a recycled pid is never signalled) and every service by URL.
 
 Brokers and compactors run as ``python -m server.leaderless_log_broker`` /
 ``server.leaderless_log_compactor_server`` with the stack's ``LLOG_*``
-variables, the scenario's batch settings and the ``LLOG_LOADTEST_*``
-variables that make them export the run shape.
+variables and the scenario's batch settings. The run's shape is not theirs
+to export: ``stack.json``'s ``scrape_labels`` (scenario, run id, brokers,
+partitions, load) are the labels Prometheus puts on every series it scrapes
+from the run (``quick_observability``).
 """
 
 from __future__ import annotations
@@ -27,7 +29,6 @@ from typing import Any, Callable
 from devstack import LocalStack, ManagedProcess, StackError, free_ports
 from devstack._process import pid_alive
 from devstack._stack import stop_from_state
-from server._config import LoadtestInfo
 
 from .json_files import write_json_atomic
 from .scenario import Scenario
@@ -157,7 +158,7 @@ class RunStack:
         doc = {
             "run_id": self.run_id, "scenario": self.scenario.name, "run_dir": str(self.run_dir.resolve()),
             "created_at_ms": int(time.time() * 1000), "root_prefix": self.root_prefix,
-            "llog_env": self.llog_env, "stack_data_dir": settings.data_dir,
+            "llog_env": self.llog_env, "scrape_labels": self.scrape_labels(), "stack_data_dir": settings.data_dir,
             "oxia_addresses": list(settings.oxia_addresses), "s3_endpoint_url": settings.s3_endpoint_url,
             "processes": infra + [svc.describe(self.run_dir) for svc in self.services.values()],
         }
@@ -169,7 +170,7 @@ class RunStack:
         return path
 
     def _service(self, name: str, kind: str, role: str, port: int) -> Service:
-        env = {**self.llog_env, **self._loadtest_env(), "PYTHONPATH": str(REPO)}
+        env = {**self.llog_env, "PYTHONPATH": str(REPO)}
         if kind == "broker":
             argv = [sys.executable, "-m", "server.leaderless_log_broker", "--role", role, "--broker-id", name,
                     "--port", str(port)]
@@ -186,14 +187,18 @@ class RunStack:
                                  cwd=REPO, die_with_parent=self._die_with_parent)
         return Service(name, kind, role, port, process)
 
-    def _loadtest_env(self) -> dict[str, str]:
+    def scrape_labels(self) -> dict[str, str]:
+        """The run's shape, as the labels of every series Prometheus scrapes from it."""
         load = self.scenario.load
-        info = LoadtestInfo(
-            scenario=self.scenario.name, run_id=self.run_id, brokers=len(self.scenario.broker_roles()),
-            partitions=load.partitions, target_records_per_second=load.rate if load.mode == "open" else 0,
-            concurrency=load.concurrency if load.mode == "closed" else 0, record_bytes=load.record_bytes,
-        )
-        return info.to_env()
+        return {
+            "scenario": self.scenario.name,
+            "run_id": self.run_id,
+            "brokers": str(len(self.scenario.broker_roles())),
+            "partitions": str(load.partitions),
+            "target_records_per_second": str(load.rate if load.mode == "open" else 0),
+            "concurrency": str(load.concurrency if load.mode == "closed" else 0),
+            "record_bytes": str(load.record_bytes),
+        }
 
 
 def _infra_kind(name: str) -> str:

@@ -231,8 +231,6 @@ class Broker:
             batch_max_bytes=batch.max_bytes if batch else "", batch_max_delay_ms=batch.max_delay_ms if batch else "",
             batch_max_buffer_bytes=batch.max_buffer_bytes if batch else "",
         )
-        if config.loadtest is not None:
-            config.loadtest.publish(self.metrics)
         self.metrics.present(*PRESENT_AT_START["broker"])
         if config.serves_produce:
             self.metrics.present(*PRESENT_AT_START["broker_write"])

@@ -21,46 +21,49 @@ import logging
 import os
 import signal
 import sys
+import textwrap
 import threading
 from typing import Mapping, Sequence
 
+from .._config import BatchConfig, OxiaConfig, S3Config
 from .._errors import ConfigError, LlogError
+from .._settings import Flags, environment_help
+from .._storage.billing import S3Prices
 from .broker import Broker
-from .config import ROLES, BrokerConfig
+from .config import BrokerConfig
 from .http import BrokerHTTPServer
 
-__all__ = ["main", "parse_args", "serve"]
+__all__ = ["main", "parse_args", "serve", "FLAGS", "ENVIRONMENT"]
 
 log = logging.getLogger(__name__)
 
 
+FLAGS = Flags(BrokerConfig)
+"""The flags: one per :class:`BrokerConfig` setting (``--role``, ``--port`` ...)."""
+ENVIRONMENT = (OxiaConfig, S3Config, S3Prices, BatchConfig)
+"""The other configs the broker reads from the environment (``Broker.from_env``)."""
 
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m server.leaderless_log_broker",
-        description=(
-            "llog HTTP broker: POST /produce and POST /consume over Oxia + S3, "
-            "with GET /health, /metrics and /metrics/prometheus."
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=textwrap.fill(
+            "llog HTTP broker: POST /produce and POST /consume over Oxia + S3, with GET /health, /metrics "
+            "and /metrics/prometheus. Each flag overrides its variable.", 100,
         ),
         epilog=(
-            "Flags override the environment. Also read: LLOG_OXIA_* and LLOG_S3_* (where the log "
-            "lives), LLOG_ROOT_PREFIX, LLOG_BATCH_MAX_BYTES / _MAX_DELAY_MS / _MAX_BUFFER_BYTES "
-            "(batching), LLOG_BROKER_MAX_REQUEST_BYTES, LLOG_BROKER_MAX_RECORDS_PER_REQUEST, "
-            "LLOG_BROKER_MAX_WAIT_MS, LLOG_BROKER_PRODUCE_TIMEOUT_MS, LLOG_TAIL_CACHE_POLL_MS. "
-            "See .env.example and server/HTTP_API.md."
+            "Also read from the environment (see .env.example and server/HTTP_API.md):\n"
+            + environment_help(ENVIRONMENT)
         ),
     )
-    p.add_argument("--role", choices=ROLES, help="endpoints to serve (default both; LLOG_BROKER_ROLE)")
-    p.add_argument("--broker-id", help="name in /health and /metrics (LLOG_BROKER_ID; default broker-HOST-PID)")
-    p.add_argument("--host", help="bind address (LLOG_BROKER_HOST; default 127.0.0.1)")
-    p.add_argument("--port", type=int, help="bind port, 0 = any free port (LLOG_BROKER_PORT; default 8080)")
-    p.add_argument("--tail-cache-dir", help="shared file-backed tail cache directory (LLOG_TAIL_CACHE_DIR)")
-    p.add_argument(
-        "--tail-cache-max-bytes", type=int,
-        help="tail cache cap, 0 disables (LLOG_TAIL_CACHE_MAX_BYTES; default 512 MiB)",
-    )
+    FLAGS.add_to(p)
     p.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
-    return p.parse_args(argv)
+    return p
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    return _parser().parse_args(argv)
 
 
 def serve(config: BrokerConfig, env: Mapping[str, str], stop: threading.Event) -> None:
@@ -100,15 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s %(threadName)s: %(message)s",
     )
     try:
-        config = BrokerConfig.from_env(
-            os.environ,
-            role=args.role,
-            broker_id=args.broker_id,
-            host=args.host,
-            port=args.port,
-            tail_cache_dir=args.tail_cache_dir,
-            tail_cache_max_bytes=args.tail_cache_max_bytes,
-        )
+        config = BrokerConfig.from_env(os.environ, **FLAGS.values(args))
     except ConfigError as exc:
         print(f"llog-broker: {exc}", file=sys.stderr)
         return 2

@@ -11,83 +11,65 @@ The service itself (threads, claims, scheduling) is described in
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import logging
 import os
 import signal
 import sys
+import textwrap
 import threading
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence
 
-from .config import CompactorServiceConfig, parse_targets
+from .config import CompactorServiceConfig, VacuumConfig
 from .service import CompactorService
 from .tasks import TaskOutcome
+from .._config import OxiaConfig, S3Config
 from .._errors import ConfigError, LlogError
+from .._settings import Flags, environment_help
+from .._storage.billing import S3Prices
 
-__all__ = ["main", "parse_args", "config_from_args"]
+__all__ = ["main", "parse_args", "config_from_args", "FLAGS", "ENVIRONMENT"]
 
 log = logging.getLogger(__name__)
 
 
 # -- command line -----------------------------------------------------------------------------------
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+FLAGS = (Flags(CompactorServiceConfig), Flags(VacuumConfig, prefix="vacuum-"))
+"""The flags: one per setting of the service (``--workers`` ...) and of its vacuum (``--vacuum-grace-ms`` ...)."""
+ENVIRONMENT = (OxiaConfig, S3Config, S3Prices)
+"""The other configs the service reads from the environment (``CompactorService.from_env``)."""
+
+
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="llog-compactor",
-        description=(
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=textwrap.fill(
             "The llog compactor service: compacts every initialized log under LLOG_ROOT_PREFIX "
             "(seed targets plus discovery), one claimed task per log at a time, runs vacuum on an "
-            "interval and serves GET /health, /metrics and /metrics/prometheus. Reads LLOG_OXIA_*, "
-            "LLOG_S3_*, LLOG_COMPACTOR_* and LLOG_VACUUM_* from the environment; flags override them. "
-            "SIGTERM/SIGINT stop it cleanly."
+            "interval and serves GET /health, /metrics and /metrics/prometheus. Each flag overrides its "
+            "variable. SIGTERM/SIGINT stop it cleanly.", 100,
         ),
+        epilog="Also read from the environment (see .env.example):\n" + environment_help(ENVIRONMENT),
     )
-    p.add_argument("--targets", help="seed logs, e.g. orders:0,orders:1 (LLOG_COMPACTOR_TARGETS)")
-    p.add_argument("--workers", type=int, help="logs compacted in parallel (LLOG_COMPACTOR_WORKERS, default 2)")
-    p.add_argument("--compactor-id", help="identity written into claims (LLOG_COMPACTOR_ID, default hostname-pid)")
-    p.add_argument("--bind-host", help="HTTP bind address (LLOG_COMPACTOR_BIND_HOST, default 127.0.0.1)")
-    p.add_argument("--port", type=int, help="HTTP port, 0 for any free one (LLOG_COMPACTOR_PORT, default 8090)")
-    p.add_argument("--discovery-interval-ms", type=int,
-                   help="scan for new logs this often, 0 disables (LLOG_COMPACTOR_DISCOVERY_INTERVAL_MS, default 30000)")
-    p.add_argument("--idle-sleep-ms", type=int, help="LLOG_COMPACTOR_IDLE_SLEEP_MS (default 1000)")
-    p.add_argument("--error-sleep-ms", type=int, help="LLOG_COMPACTOR_ERROR_SLEEP_MS (default 5000)")
-    p.add_argument("--idle-jitter-ms", type=int, help="LLOG_COMPACTOR_IDLE_JITTER_MS (default 500)")
-    p.add_argument("--error-jitter-ms", type=int, help="LLOG_COMPACTOR_ERROR_JITTER_MS (default 2000)")
-    p.add_argument("--max-offsets-per-run", type=int, help="LLOG_COMPACTOR_MAX_OFFSETS_PER_RUN (default 100000)")
-    p.add_argument("--max-bytes-per-run", type=int, help="LLOG_COMPACTOR_MAX_BYTES_PER_RUN (default 64 MiB)")
-    p.add_argument("--blob-cache-bytes", type=int,
-                   help="memory for shared WAL blobs several logs compact from, 0 disables "
-                        "(LLOG_COMPACTOR_BLOB_CACHE_BYTES, default 128 MiB)")
-    p.add_argument("--shutdown-timeout-ms", type=int,
-                   help="wait this long for in-flight runs on shutdown (LLOG_COMPACTOR_SHUTDOWN_TIMEOUT_MS, default 30000)")
-    p.add_argument("--vacuum-interval-ms", type=int,
-                   help="run vacuum this often, 0 disables (LLOG_VACUUM_INTERVAL_MS, default 600000)")
-    p.add_argument("--vacuum-grace-ms", type=int, help="vacuum grace period (LLOG_VACUUM_GRACE_MS, default 3600000)")
+    for flags in FLAGS:
+        flags.add_to(p)
     p.add_argument("--once", action="store_true",
                    help="one compaction attempt per known log (targets + discovery), then exit; no HTTP")
     p.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
-    return p.parse_args(argv)
+    return p
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    return _parser().parse_args(argv)
 
 
 def config_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> CompactorServiceConfig:
     """The environment's config with every given flag applied on top."""
-    config = CompactorServiceConfig.from_env(env)
-    flags = {
-        "workers": args.workers, "compactor_id": args.compactor_id, "bind_host": args.bind_host,
-        "port": args.port, "discovery_interval_ms": args.discovery_interval_ms,
-        "idle_sleep_ms": args.idle_sleep_ms, "error_sleep_ms": args.error_sleep_ms,
-        "idle_jitter_ms": args.idle_jitter_ms, "error_jitter_ms": args.error_jitter_ms,
-        "max_offsets_per_run": args.max_offsets_per_run, "max_bytes_per_run": args.max_bytes_per_run,
-        "shutdown_timeout_ms": args.shutdown_timeout_ms, "blob_cache_bytes": args.blob_cache_bytes,
-    }
-    changes: dict[str, Any] = {k: v for k, v in flags.items() if v is not None}
-    if args.targets is not None:
-        changes["targets"] = parse_targets(args.targets)
-    vacuum = {"interval_ms": args.vacuum_interval_ms, "grace_ms": args.vacuum_grace_ms}
-    vacuum = {k: v for k, v in vacuum.items() if v is not None}
-    if vacuum:
-        changes["vacuum"] = dataclasses.replace(config.vacuum, **vacuum)
-    return dataclasses.replace(config, **changes)
+    service, vacuum = FLAGS
+    return CompactorServiceConfig.from_env(
+        env, vacuum=VacuumConfig.from_env(env, **vacuum.values(args)), **service.values(args)
+    )
 
 
 def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:

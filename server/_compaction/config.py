@@ -1,9 +1,10 @@
 """Typed configuration of the compactor service and of vacuum (``LLOG_COMPACTOR_*``, ``LLOG_VACUUM_*``).
 
-Like ``_config.py``: frozen dataclasses validated in ``__post_init__``;
-``from_env`` is the only code that reads these variables and names the
-variable in every error. Command-line flags override the environment with
-``dataclasses.replace`` on the result (see the service's ``main``).
+Like ``_config.py``: frozen dataclasses whose fields declare their variable,
+default, bounds and help once (:mod:`server._settings`); ``from_env`` is the
+only code that reads these variables and names the variable in every error.
+Command-line flags, generated from the same declarations, override the
+environment (see ``cli.py`` and ``vacuum_cli.py``).
 """
 
 from __future__ import annotations
@@ -11,11 +12,11 @@ from __future__ import annotations
 import os
 import socket
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Any, Mapping
 
-from .._config import LoadtestInfo, env_int, env_str
 from .._errors import ConfigError, InvalidRequest
 from .._protocol.keys import TopicPartition
+from .._settings import check_settings, from_env, nested, same_as, setting
 
 __all__ = [
     "CompactionLimits",
@@ -34,26 +35,24 @@ DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 @dataclass(frozen=True)
 class CompactionLimits:
     """How much one compaction run may take on: the one place the limits are
-    read from the environment (the compactor's ``from_env`` and the service)."""
+    declared (the compactor's ``from_env`` and the service read them)."""
 
-    max_offsets_per_run: int = DEFAULT_MAX_OFFSETS
-    """Offsets per run (LLOG_COMPACTOR_MAX_OFFSETS_PER_RUN)."""
-    max_bytes_per_run: int = DEFAULT_MAX_BYTES
-    """Source bytes per run (LLOG_COMPACTOR_MAX_BYTES_PER_RUN)."""
+    max_offsets_per_run: int = setting(
+        "Most offsets one compaction run rewrites into one compacted blob.",
+        env="LLOG_COMPACTOR_MAX_OFFSETS_PER_RUN", default=DEFAULT_MAX_OFFSETS, min=1,
+    )
+    max_bytes_per_run: int = setting(
+        "Most source bytes one compaction run reads.", env="LLOG_COMPACTOR_MAX_BYTES_PER_RUN",
+        default=DEFAULT_MAX_BYTES, min=1,
+    )
 
     def __post_init__(self) -> None:
-        for name in ("max_offsets_per_run", "max_bytes_per_run"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or value < 1:
-                raise ConfigError(f"LLOG_COMPACTOR_{name.upper()} must be >= 1, got {value}")
+        check_settings(self)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> CompactionLimits:
-        env = os.environ if env is None else env
-        return cls(
-            max_offsets_per_run=env_int(env, "LLOG_COMPACTOR_MAX_OFFSETS_PER_RUN", DEFAULT_MAX_OFFSETS),
-            max_bytes_per_run=env_int(env, "LLOG_COMPACTOR_MAX_BYTES_PER_RUN", DEFAULT_MAX_BYTES),
-        )
+        return from_env(cls, env)
+
 
 DEFAULT_VACUUM_GRACE_MS = 3_600_000
 """SPEC 7.0 ``G``: one hour, well over twice the 60 s reference deadline ``D``."""
@@ -80,112 +79,81 @@ def parse_targets(text: str | None) -> tuple[TopicPartition, ...]:
     return tuple(seen)
 
 
-def _non_negative(name: str, value: int) -> None:
-    if value < 0:
-        raise ConfigError(f"{name} must be >= 0, got {value}")
-
-
 @dataclass(frozen=True)
 class VacuumConfig:
     """How vacuum decides what is old enough to delete, and how often it runs."""
 
-    grace_ms: int = DEFAULT_VACUUM_GRACE_MS
-    """Objects younger than this are never deleted (LLOG_VACUUM_GRACE_MS)."""
-    interval_ms: int = DEFAULT_VACUUM_INTERVAL_MS
-    """Pause between passes in the compactor service; 0 disables (LLOG_VACUUM_INTERVAL_MS)."""
-    delete_redundant_entries: bool = True
-    """Delete WAL index entries below the cursor before counting references
-    (SPEC 7.9 SHOULD; LLOG_VACUUM_DELETE_REDUNDANT_ENTRIES=0 turns it off)."""
+    grace_ms: int = setting(
+        "Never delete objects younger than this; keep it at least twice the 60 s reference deadline plus "
+        "clock skew.",
+        env="LLOG_VACUUM_GRACE_MS", default=DEFAULT_VACUUM_GRACE_MS, min=0,
+    )
+    interval_ms: int = setting(
+        "How often the compactor service runs a vacuum pass; 0 disables it there (llog-vacuum runs one pass).",
+        env="LLOG_VACUUM_INTERVAL_MS", default=DEFAULT_VACUUM_INTERVAL_MS, min=0,
+    )
+    delete_redundant_entries: bool = setting(
+        "Delete WAL index entries below the compaction cursor before counting references (SPEC 7.9 "
+        "SHOULD); 0 keeps them.",
+        env="LLOG_VACUUM_DELETE_REDUNDANT_ENTRIES", default=True,
+    )
 
     def __post_init__(self) -> None:
-        _non_negative("LLOG_VACUUM_GRACE_MS", self.grace_ms)
-        _non_negative("LLOG_VACUUM_INTERVAL_MS", self.interval_ms)
+        check_settings(self)
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> VacuumConfig:
-        env = os.environ if env is None else env
-        return cls(
-            grace_ms=env_int(env, "LLOG_VACUUM_GRACE_MS", DEFAULT_VACUUM_GRACE_MS),
-            interval_ms=env_int(env, "LLOG_VACUUM_INTERVAL_MS", DEFAULT_VACUUM_INTERVAL_MS),
-            delete_redundant_entries=env_int(env, "LLOG_VACUUM_DELETE_REDUNDANT_ENTRIES", 1) != 0,
-        )
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> VacuumConfig:
+        return from_env(cls, env, **overrides)
 
 
 @dataclass(frozen=True)
 class CompactorServiceConfig:
     """Everything the long-running compactor service needs beyond Oxia and S3."""
 
-    compactor_id: str
-    """Written into every claim (LLOG_COMPACTOR_ID; default ``hostname-pid``)."""
-    bind_host: str = "127.0.0.1"
-    """HTTP bind address (LLOG_COMPACTOR_BIND_HOST)."""
-    port: int = 8090
-    """HTTP port; 0 picks a free one (LLOG_COMPACTOR_PORT)."""
-    targets: tuple[TopicPartition, ...] = ()
-    """Seed partitions compacted even before discovery sees them (LLOG_COMPACTOR_TARGETS)."""
-    workers: int = 2
-    """Partitions compacted in parallel (LLOG_COMPACTOR_WORKERS)."""
-    discovery_interval_ms: int = 30_000
-    """Pause between scans for initialized partitions; 0 disables discovery
-    (LLOG_COMPACTOR_DISCOVERY_INTERVAL_MS)."""
-    idle_sleep_ms: int = 1_000
-    """A partition with nothing to do (or busy elsewhere) waits this long (LLOG_COMPACTOR_IDLE_SLEEP_MS)."""
-    error_sleep_ms: int = 5_000
-    """A partition whose run failed waits this long (LLOG_COMPACTOR_ERROR_SLEEP_MS)."""
-    idle_jitter_ms: int = 500
-    """Uniform random extra on the idle sleep (LLOG_COMPACTOR_IDLE_JITTER_MS)."""
-    error_jitter_ms: int = 2_000
-    """Uniform random extra on the error sleep (LLOG_COMPACTOR_ERROR_JITTER_MS)."""
-    max_offsets_per_run: int = DEFAULT_MAX_OFFSETS
-    """Offsets per compaction run (LLOG_COMPACTOR_MAX_OFFSETS_PER_RUN)."""
-    max_bytes_per_run: int = DEFAULT_MAX_BYTES
-    """Source bytes per compaction run (LLOG_COMPACTOR_MAX_BYTES_PER_RUN)."""
-    blob_cache_bytes: int = 128 * 1024 * 1024
-    """Memory for whole shared WAL blobs that several logs compact slices of
-    (``blob_cache.py``); 0 fetches every slice by range (LLOG_COMPACTOR_BLOB_CACHE_BYTES)."""
-    shutdown_timeout_ms: int = 30_000
-    """On SIGTERM, how long to wait for in-flight runs before closing the
-    clients anyway (safe: every step is resumable) (LLOG_COMPACTOR_SHUTDOWN_TIMEOUT_MS)."""
-    vacuum: VacuumConfig = VacuumConfig()
-    loadtest: LoadtestInfo | None = None
-    """The load-test scenario, under the orchestrator (LLOG_LOADTEST_*)."""
+    compactor_id: str = setting(
+        "Identity written into every claim.", env="LLOG_COMPACTOR_ID",
+        start_default=default_compactor_id, start_default_text="HOSTNAME-PID",
+    )
+    bind_host: str = setting("HTTP bind address.", env="LLOG_COMPACTOR_BIND_HOST", default="127.0.0.1")
+    port: int = setting("HTTP port; 0 picks a free one.", env="LLOG_COMPACTOR_PORT", default=8090, min=0,
+                        max=65_535)
+    targets: tuple[TopicPartition, ...] = setting(
+        "Seed logs compacted even before discovery sees them, e.g. orders:0,orders:1.",
+        env="LLOG_COMPACTOR_TARGETS", default=(), parse=parse_targets,
+    )
+    workers: int = setting("Logs compacted in parallel.", env="LLOG_COMPACTOR_WORKERS", default=2, min=1)
+    discovery_interval_ms: int = setting(
+        "How often to scan Oxia for newly initialized logs; 0 disables discovery.",
+        env="LLOG_COMPACTOR_DISCOVERY_INTERVAL_MS", default=30_000, min=0,
+    )
+    idle_sleep_ms: int = setting(
+        "How long a log with nothing to do (or busy elsewhere) waits before its next attempt.",
+        env="LLOG_COMPACTOR_IDLE_SLEEP_MS", default=1_000, min=0,
+    )
+    error_sleep_ms: int = setting("How long a log whose run failed waits.", env="LLOG_COMPACTOR_ERROR_SLEEP_MS",
+                                  default=5_000, min=0)
+    idle_jitter_ms: int = setting("Uniform random extra on the idle sleep.", env="LLOG_COMPACTOR_IDLE_JITTER_MS",
+                                  default=500, min=0)
+    error_jitter_ms: int = setting("Uniform random extra on the error sleep.",
+                                   env="LLOG_COMPACTOR_ERROR_JITTER_MS", default=2_000, min=0)
+    max_offsets_per_run: int = same_as(CompactionLimits, "max_offsets_per_run")
+    max_bytes_per_run: int = same_as(CompactionLimits, "max_bytes_per_run")
+    blob_cache_bytes: int = setting(
+        "Memory for whole shared WAL blobs that several logs compact slices of (cuts S3 GETs per compacted "
+        "MB ~10x); 0 fetches every slice by range.",
+        env="LLOG_COMPACTOR_BLOB_CACHE_BYTES", default=128 * 1024 * 1024, min=0,
+    )
+    shutdown_timeout_ms: int = setting(
+        "On SIGTERM/SIGINT, wait this long for runs in flight before closing anyway (an abandoned run is "
+        "resumed by the next compactor that takes the log).",
+        env="LLOG_COMPACTOR_SHUTDOWN_TIMEOUT_MS", default=30_000, min=0,
+    )
+    vacuum: VacuumConfig = nested(VacuumConfig)
 
     def __post_init__(self) -> None:
-        if not self.compactor_id:
-            raise ConfigError("LLOG_COMPACTOR_ID must not be empty")
-        if not self.bind_host:
-            raise ConfigError("LLOG_COMPACTOR_BIND_HOST must not be empty")
-        if not 0 <= self.port <= 65_535:
-            raise ConfigError(f"LLOG_COMPACTOR_PORT must be 0-65535, got {self.port}")
-        if self.workers < 1:
-            raise ConfigError(f"LLOG_COMPACTOR_WORKERS must be >= 1, got {self.workers}")
-        for name in (
-            "discovery_interval_ms", "idle_sleep_ms", "error_sleep_ms",
-            "idle_jitter_ms", "error_jitter_ms", "shutdown_timeout_ms", "blob_cache_bytes",
-        ):
-            _non_negative(f"LLOG_COMPACTOR_{name.upper()}", getattr(self, name))
-        CompactionLimits(self.max_offsets_per_run, self.max_bytes_per_run)  # validates both
+        check_settings(self)
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> CompactorServiceConfig:
-        env = os.environ if env is None else env
-
-        limits = CompactionLimits.from_env(env)
-        return cls(
-            compactor_id=env_str(env, "LLOG_COMPACTOR_ID") or default_compactor_id(),
-            bind_host=env_str(env, "LLOG_COMPACTOR_BIND_HOST", "127.0.0.1") or "127.0.0.1",
-            port=env_int(env, "LLOG_COMPACTOR_PORT", 8090),
-            targets=parse_targets(env_str(env, "LLOG_COMPACTOR_TARGETS")),
-            workers=env_int(env, "LLOG_COMPACTOR_WORKERS", 2),
-            discovery_interval_ms=env_int(env, "LLOG_COMPACTOR_DISCOVERY_INTERVAL_MS", 30_000),
-            idle_sleep_ms=env_int(env, "LLOG_COMPACTOR_IDLE_SLEEP_MS", 1_000),
-            error_sleep_ms=env_int(env, "LLOG_COMPACTOR_ERROR_SLEEP_MS", 5_000),
-            idle_jitter_ms=env_int(env, "LLOG_COMPACTOR_IDLE_JITTER_MS", 500),
-            error_jitter_ms=env_int(env, "LLOG_COMPACTOR_ERROR_JITTER_MS", 2_000),
-            max_offsets_per_run=limits.max_offsets_per_run,
-            max_bytes_per_run=limits.max_bytes_per_run,
-            blob_cache_bytes=env_int(env, "LLOG_COMPACTOR_BLOB_CACHE_BYTES", 128 * 1024 * 1024),
-            shutdown_timeout_ms=env_int(env, "LLOG_COMPACTOR_SHUTDOWN_TIMEOUT_MS", 30_000),
-            vacuum=VacuumConfig.from_env(env),
-            loadtest=LoadtestInfo.from_env(env),
-        )
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> CompactorServiceConfig:
+        """From ``LLOG_COMPACTOR_*`` and ``LLOG_VACUUM_*``; ``overrides`` that are not None win."""
+        return from_env(cls, env, **overrides)

@@ -150,8 +150,6 @@ class CompactorService:
             discovery_interval_ms=c.discovery_interval_ms, blob_cache_bytes=c.blob_cache_bytes,
             vacuum_interval_ms=c.vacuum.interval_ms,
         )
-        if c.loadtest is not None:
-            c.loadtest.publish(self.metrics)
         self.metrics.present(*PRESENT_AT_START["compactor"])
         self.metrics.set_gauge("compactor_workers", c.workers)
         self.metrics.set_gauge("compactor_unreleased_claims", 0)

@@ -14,12 +14,16 @@ import argparse
 import json
 import logging
 import sys
+import textwrap
 from typing import Mapping, Sequence
 
-from .._errors import LlogError
+from .._config import OxiaConfig, S3Config
+from .._errors import ConfigError, LlogError
+from .._settings import Flags, environment_help
+from .config import VacuumConfig
 from .vacuum import Vacuum, VacuumReport
 
-__all__ = ["format_report", "main", "parse_args"]
+__all__ = ["format_report", "main", "parse_args", "FLAGS", "ENVIRONMENT"]
 
 
 def _mib(n: int) -> str:
@@ -51,39 +55,50 @@ def format_report(report: VacuumReport, verbose: bool = True) -> str:
     return "\n".join(lines)
 
 
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+FLAGS = Flags(VacuumConfig, skip=("interval_ms",))
+"""The flags: ``--grace-ms`` and ``--delete-redundant-entries`` (the interval is the service's)."""
+ENVIRONMENT = (OxiaConfig, S3Config)
+"""The other configs a pass reads from the environment."""
+
+
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="llog-vacuum",
-        description=(
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=textwrap.fill(
             "Delete S3 objects under LLOG_ROOT_PREFIX that no log references any more and that are "
-            "older than the grace period (SPEC 7.9). Reads LLOG_OXIA_*, LLOG_S3_* and LLOG_VACUUM_* "
-            "from the environment; flags override them."
+            "older than the grace period (SPEC 7.9). Each flag overrides its variable.", 100,
         ),
+        epilog="Also read from the environment (see .env.example):\n" + environment_help(ENVIRONMENT),
     )
     p.add_argument("--dry-run", action="store_true", help="print what would be deleted; change nothing")
-    p.add_argument("--grace-ms", type=int, help="keep objects younger than this (default LLOG_VACUUM_GRACE_MS or 3600000)")
-    p.add_argument("--keep-redundant-entries", action="store_true",
-                   help="do not delete WAL index entries below the compaction cursor")
+    FLAGS.add_to(p)
+    p.add_argument("--keep-redundant-entries", dest="delete_redundant_entries", action="store_false",
+                   default=None, help="the same as --no-delete-redundant-entries")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--quiet", action="store_true", help="print only the summary")
     p.add_argument("--log-level", default="WARNING", help="logging level (default WARNING)")
-    args = p.parse_args(argv)
-    if args.grace_ms is not None and args.grace_ms < 0:
-        p.error("--grace-ms must be >= 0")
-    return args
+    return p
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    return _parser().parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
-    """``llog-vacuum``: one pass; exit 0 if it completed without errors, else 1."""
+    """``llog-vacuum``: one pass; exit 0 if it completed without errors, 1 if
+    not, 2 on bad configuration."""
     args = parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    kwargs: dict[str, object] = {}
-    if args.grace_ms is not None:
-        kwargs["grace_ms"] = args.grace_ms
-    if args.keep_redundant_entries:
-        kwargs["delete_redundant_entries"] = False
     try:
-        with Vacuum.from_env(env, **kwargs) as vacuum:
+        config = VacuumConfig.from_env(env, **FLAGS.values(args))
+    except ConfigError as exc:
+        print(f"llog-vacuum: {exc}", file=sys.stderr)
+        return 2
+    try:
+        with Vacuum.from_env(
+            env, grace_ms=config.grace_ms, delete_redundant_entries=config.delete_redundant_entries
+        ) as vacuum:
             report = vacuum.run_once(dry_run=args.dry_run)
     except LlogError as exc:
         print(f"llog-vacuum: {exc}", file=sys.stderr)
@@ -93,4 +108,3 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     else:
         print(format_report(report, verbose=not args.quiet))
     return 1 if report.errors else 0
-

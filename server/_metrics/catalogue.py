@@ -48,14 +48,6 @@ _IDENTITY = (
        "batch_max_buffer_bytes", "max_request_bytes", "root_prefix"),
     _i("compactor_info", "Compactor service identity and settings (value 1)",
        "compactor_id", "workers", "discovery_interval_ms", "blob_cache_bytes", "vacuum_interval_ms", "root_prefix"),
-    _i("loadtest_scenario_info", "The load-test scenario this process runs in (value 1; only under the orchestrator)",
-       "scenario", "run_id"),
-    _g("loadtest_brokers", "Brokers in the running load-test scenario", aggregate="max"),
-    _g("loadtest_partitions", "Partitions in the running load-test scenario", aggregate="max"),
-    _g("loadtest_target_records_per_second", "Target produce rate of the scenario (0 = closed loop)", aggregate="max"),
-    _g("loadtest_concurrency", "Closed-loop produce requests in flight of the scenario (0 = open loop)",
-       aggregate="max"),
-    _g("loadtest_record_bytes", "Record size of the running load-test scenario", aggregate="max"),
 )
 
 _HTTP = (

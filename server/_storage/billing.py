@@ -22,7 +22,6 @@ replication, lifecycle transitions, KMS, taxes and account-level discounts.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ from typing import Any, Callable, Mapping
 
 from .._errors import ConfigError, LlogError
 from .._metrics import LlogMetrics
+from .._settings import check_settings, from_env, setting
 from .objectstore import ObjectStore
 
 __all__ = [
@@ -47,38 +47,22 @@ GET_PRICED_OPS = ("get", "range_get")
 class S3Prices:
     """Prices in US dollars; defaults: S3 Standard, us-east-1."""
 
-    storage_usd_per_gb_month: float = 0.023
-    """LLOG_S3_PRICE_STORAGE_GB_MONTH."""
-    put_usd_per_1000: float = 0.005
-    """PUT, COPY, POST and LIST requests (LLOG_S3_PRICE_PUT_PER_1000)."""
-    get_usd_per_10000: float = 0.004
-    """GET and other requests (LLOG_S3_PRICE_GET_PER_10000)."""
+    storage_usd_per_gb_month: float = setting(
+        "Storage, per GB-month.", env="LLOG_S3_PRICE_STORAGE_GB_MONTH", default=0.023, min=0
+    )
+    put_usd_per_1000: float = setting(
+        "PUT, COPY, POST and LIST requests, per 1,000.", env="LLOG_S3_PRICE_PUT_PER_1000", default=0.005, min=0
+    )
+    get_usd_per_10000: float = setting(
+        "GET and other requests, per 10,000.", env="LLOG_S3_PRICE_GET_PER_10000", default=0.004, min=0
+    )
 
     def __post_init__(self) -> None:
-        for name, env in _PRICE_ENV.items():
-            value = getattr(self, name)
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
-                raise ConfigError(f"{env} must be a number >= 0, got {value!r}")
+        check_settings(self)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> S3Prices:
-        env = os.environ if env is None else env
-        values: dict[str, float] = {}
-        for name, var in _PRICE_ENV.items():
-            raw = env.get(var, "").strip()
-            if raw:
-                try:
-                    values[name] = float(raw)
-                except ValueError:
-                    raise ConfigError(f"{var} must be a number (US dollars), got {raw!r}") from None
-        return cls(**values)
-
-
-_PRICE_ENV = {
-    "storage_usd_per_gb_month": "LLOG_S3_PRICE_STORAGE_GB_MONTH",
-    "put_usd_per_1000": "LLOG_S3_PRICE_PUT_PER_1000",
-    "get_usd_per_10000": "LLOG_S3_PRICE_GET_PER_10000",
-}
+        return from_env(cls, env)
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from typing import Any, NamedTuple, Sequence
 from .._protocol.produce_binary import BINARY_HEADER_SIZE, PRODUCE_BINARY_CONTENT_TYPE, binary_batch_prefix, binary_produce_header
 from .._errors import ConfigError
 from .._protocol.codec import BATCH_HEADER_SIZE
+from .._settings import check_settings, setting
 from ._broker_selection import BrokerUrl, parse_broker_list
 from ._record_chunks import BODIES, Body, RecordChunk
 
@@ -34,46 +35,51 @@ MIB = 1024 * 1024
 
 @dataclass(frozen=True)
 class ProducerConfig:
-    """How a task talks to the brokers. Validated on construction."""
+    """How a task talks to the brokers. Validated on construction.
+
+    The settings with an ``option`` are the ones the produce job offers as
+    flags (``--max-request-bytes``) and the Spark writer as options
+    (``maxRequestBytes``); both take their defaults, bounds and help from here.
+    """
 
     brokers: tuple[BrokerUrl, ...]
-    max_request_bytes: int = 4 * MIB
-    """Largest body of one /produce request (the broker refuses > 16 MiB by default)."""
-    max_request_records: int = 50_000
-    """Most records in one request (the broker refuses > 100,000 by default)."""
-    max_retries: int = 10
-    """Re-sends allowed per batch before the task fails."""
-    retry_backoff_initial_ms: float = 100.0
-    retry_backoff_max_ms: float = 5_000.0
-    """Cap of one backoff delay (full jitter: a uniform draw in [0, cap])."""
-    request_timeout_ms: int = 150_000
-    """Socket timeout of one request; above the broker's 120 s produce timeout."""
-    broker_cooldown_ms: int = 5_000
-    """How long a broker that refused a connection is skipped."""
-    max_in_flight: int = 4
-    """Concurrent requests per task (never two for one partition)."""
-    body: Body = "binary"
-    """Request body: ``binary`` (``application/vnd.llog.produce.v1``, records
-    spliced into the WAL as sent) or ``json`` (what the reference system's
-    brokers accept)."""
+    max_request_bytes: int = setting(
+        "Largest body of one /produce request (the broker refuses > 16 MiB by default).",
+        default=4 * MIB, min=1024, option="maxRequestBytes",
+    )
+    max_request_records: int = setting(
+        "Most records in one request (the broker refuses > 100,000 by default).",
+        default=50_000, min=1, option="maxRequestRecords",
+    )
+    max_retries: int = setting("Re-sends allowed per batch before the task fails.", default=10, min=0,
+                               option="maxRetries")
+    retry_backoff_initial_ms: float = setting(
+        "Cap of the first backoff delay; it doubles per retry up to retry_backoff_max_ms.", default=100.0, min=0,
+        flag=False,
+    )
+    retry_backoff_max_ms: float = setting(
+        "Cap of one backoff delay (full jitter: a uniform draw in [0, cap]).", default=5_000.0, min=0, flag=False
+    )
+    request_timeout_ms: int = setting(
+        "Socket timeout of one request; above the broker's 120 s produce timeout.", default=150_000, min=1,
+        flag=False,
+    )
+    broker_cooldown_ms: int = setting("How long a broker that refused a connection is skipped.", default=5_000,
+                                      min=0, flag=False)
+    max_in_flight: int = setting("Concurrent requests per task (never two for one partition).", default=4,
+                                 min=1, option="maxInFlight")
+    body: Body = setting(
+        "Request body: binary (application/vnd.llog.produce.v1, records spliced into the WAL as sent) or "
+        "json (what the reference system's brokers accept).",
+        default="binary", choices=BODIES, option="produceBody",
+    )
 
     def __post_init__(self) -> None:
         if isinstance(self.brokers, str) or not all(isinstance(b, BrokerUrl) for b in self.brokers):
             object.__setattr__(self, "brokers", parse_broker_list(self.brokers))  # type: ignore[arg-type]
         if not self.brokers:
             raise ConfigError("at least one broker URL is needed")
-        if self.max_request_bytes < 1024:
-            raise ConfigError(f"max_request_bytes must be >= 1024, got {self.max_request_bytes}")
-        if self.max_request_records < 1:
-            raise ConfigError(f"max_request_records must be >= 1, got {self.max_request_records}")
-        if self.max_retries < 0:
-            raise ConfigError(f"max_retries must be >= 0, got {self.max_retries}")
-        if self.body not in BODIES:
-            raise ConfigError(f"body must be one of {', '.join(BODIES)}, got {self.body!r}")
-        if self.max_in_flight < 1:
-            raise ConfigError(f"max_in_flight must be >= 1, got {self.max_in_flight}")
-        if self.request_timeout_ms < 1 or self.retry_backoff_max_ms < 0 or self.retry_backoff_initial_ms < 0:
-            raise ConfigError("request_timeout_ms must be >= 1 and the backoff delays >= 0")
+        check_settings(self)
 
 
 # -- batches and acks ----------------------------------------------------------------------

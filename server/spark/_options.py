@@ -11,8 +11,15 @@ from typing import Mapping, Sequence
 from .._config import OxiaConfig, S3Config
 from .._errors import ConfigError, LlogError
 from .._protocol.keys import validate_topic
+from .._settings import Flags, check_value, parse_text
+from ..client import ProducerConfig
 
-__all__ = ["storage_env", "parse_offsets"]
+__all__ = ["storage_env", "parse_offsets", "PRODUCER_SETTINGS", "producer_options"]
+
+PRODUCER_SETTINGS = Flags(ProducerConfig)
+"""The client settings a writer option (``maxRequestBytes``) or a produce job
+flag (``--max-request-bytes``) may change: those of :class:`ProducerConfig`
+with an ``option``."""
 
 
 _STORAGE_OPTIONS = {
@@ -50,6 +57,20 @@ def _int_opt(options: Mapping[str, str], name: str, default: int | None, minimum
     if value < minimum:
         raise ConfigError(f"option {name} must be >= {minimum}, got {value}")
     return value
+
+
+def producer_options(options: Mapping[str, str]) -> dict[str, object]:
+    """The :data:`PRODUCER_SETTINGS` that ``options`` set, by field name,
+    parsed and checked against their declarations (errors name the option)."""
+    values: dict[str, object] = {}
+    for d in PRODUCER_SETTINGS.declared():
+        name = d.setting.option
+        raw = _opt(options, name) if name else None
+        if raw is not None:
+            value = parse_text(d, raw, f"option {name}")
+            check_value(d, value, f"option {name}")
+            values[d.name] = value
+    return values
 
 
 def _topic(options: Mapping[str, str]) -> str:

@@ -15,15 +15,14 @@ from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 
 from .._errors import ConfigError
 from ..client import (
-    MIB,
     ProducerConfig,
     ProduceStats,
     TaskProducer,
     parse_broker_list,
 )
-from ._options import _int_opt, _opt, _topic
+from ._options import _int_opt, _opt, _topic, producer_options
 from ..client._partitioner import KeyPartitioner, check_partition_column
-from ..client._record_chunks import BODIES, first_null
+from ..client._record_chunks import first_null
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -122,14 +121,7 @@ class LlogWriter(DataSourceArrowWriter):
         brokers = _opt(options, "brokers")
         if not brokers:
             raise ConfigError('option "brokers" is required to write: .option("brokers", "http://127.0.0.1:8080")')
-        self.config = ProducerConfig(
-            brokers=parse_broker_list(brokers),
-            max_request_bytes=_int_opt(options, "maxRequestBytes", 4 * MIB, 1024),
-            max_request_records=_int_opt(options, "maxRequestRecords", 50_000),
-            max_retries=_int_opt(options, "maxRetries", 10, 0),
-            max_in_flight=_int_opt(options, "maxInFlight", 4),
-            body=_body_option(options),
-        )
+        self.config = ProducerConfig(brokers=parse_broker_list(brokers), **producer_options(options))
         self.partitions = _int_opt(options, "partitions", None)
         self.progress_address = _opt(options, "_progressAddress")
         self.summary_path = _opt(options, "_summaryPath")
@@ -201,10 +193,3 @@ class LlogWriter(DataSourceArrowWriter):
             "llog write to %s failed; %d rows of completed tasks stay written (at-least-once: "
             "re-running the write appends them again)", self.topic, rows,
         )
-
-
-def _body_option(options: Mapping[str, str]):  # -> Body
-    body = (_opt(options, "produceBody") or "binary").lower()
-    if body not in BODIES:
-        raise ConfigError(f"option produceBody must be one of {', '.join(BODIES)}, got {body!r}")
-    return body

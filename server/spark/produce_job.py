@@ -61,8 +61,8 @@ if __package__ in (None, ""):  # run as a script (spark-submit server/spark/prod
 
 from server._errors import ConfigError, LlogError
 from server._protocol.keys import validate_topic
+from server._settings import same_as
 from server.client import (
-    MIB,
     BrokerUnreachable,
     ProduceError,
     ProducerConfig,
@@ -91,6 +91,7 @@ from server.spark._job_input import (  # noqa: F401
     prepare_records,
 )
 from server.spark._job_progress import _ProgressMonitor
+from server.spark._options import PRODUCER_SETTINGS
 from server.spark._session import ship_code, spark_session
 
 if TYPE_CHECKING:
@@ -132,13 +133,14 @@ class ProduceOptions:
     """Default: the whole row as JSON text."""
     input_format: str | None = None
     """json | csv | parquet | text; default: from the input's extension."""
-    max_request_bytes: int = 4 * MIB
-    max_request_records: int = 50_000
-    max_retries: int = 10
-    max_in_flight: int = 4
+    max_request_bytes: int = same_as(ProducerConfig, "max_request_bytes")
+    max_request_records: int = same_as(ProducerConfig, "max_request_records")
+    max_retries: int = same_as(ProducerConfig, "max_retries")
+    max_in_flight: int = same_as(ProducerConfig, "max_in_flight")
     """Concurrent requests per Spark task."""
-    body: str = "binary"
-    """Request body: binary (``application/vnd.llog.produce.v1``) or json."""
+    body: str = same_as(ProducerConfig, "body")
+    """The client's settings (:data:`PRODUCER_SETTINGS`): declared, with their
+    defaults and bounds, once on :class:`ProducerConfig`."""
     csv_header: bool = True
     progress_interval_s: float = 5.0
 
@@ -158,14 +160,8 @@ class ProduceOptions:
         self.producer_config()  # validates the request limits
 
     def producer_config(self) -> ProducerConfig:
-        return ProducerConfig(
-            brokers=parse_broker_list(self.brokers),
-            max_request_bytes=self.max_request_bytes,
-            max_request_records=self.max_request_records,
-            max_retries=self.max_retries,
-            max_in_flight=self.max_in_flight,
-            body=self.body,  # type: ignore[arg-type]
-        )
+        settings = {d.name: getattr(self, d.name) for d in PRODUCER_SETTINGS.declared()}
+        return ProducerConfig(brokers=parse_broker_list(self.brokers), **settings)
 
 
 class PartitionRange(NamedTuple):
@@ -328,19 +324,17 @@ def _save_as_job(sc, group: str, writer, options: ProduceOptions, monitor: _Prog
 def _llog_writer(prepared: DataFrame, options: ProduceOptions, progress_address: str, summary_path: Path):
     """``prepared.write`` to the ``llog`` format with the job's options, plus
     where tasks send progress datagrams and the writer leaves the totals."""
-    return (
+    writer = (
         prepared.write.format("llog").mode("append")
         .option("topic", options.topic)
         .option("brokers", ",".join(options.brokers))
         .option("partitions", str(options.partitions))
-        .option("maxRequestBytes", str(options.max_request_bytes))
-        .option("maxRequestRecords", str(options.max_request_records))
-        .option("maxRetries", str(options.max_retries))
-        .option("maxInFlight", str(options.max_in_flight))
-        .option("produceBody", options.body)
         .option("_progressAddress", progress_address)
         .option("_summaryPath", str(summary_path))
     )
+    for d in PRODUCER_SETTINGS.declared():
+        writer = writer.option(d.setting.option, str(getattr(options, d.name)))
+    return writer
 
 
 def _require_a_broker(options: ProduceOptions) -> None:
@@ -384,14 +378,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="broker URL(s), comma-separated or repeated, e.g. http://127.0.0.1:8080",
     )
     p.add_argument("--format", choices=FORMATS, help="input format (default: from the extension)")
-    p.add_argument("--max-request-bytes", type=int, default=4 * MIB, help="largest /produce body (default 4 MiB)")
-    p.add_argument("--max-request-records", type=int, default=50_000, help="most records per request (default 50000)")
-    p.add_argument("--max-retries", type=int, default=10, help="re-sends per batch before failing (default 10)")
-    p.add_argument("--max-in-flight", type=int, default=4, help="concurrent requests per Spark task (default 4)")
-    p.add_argument(
-        "--body", choices=("binary", "json"), default="binary",
-        help="request body: binary (records as bytes-batch-v1, the default) or json (brokers that accept JSON only)",
-    )
+    PRODUCER_SETTINGS.add_to(p.add_argument_group("requests (per Spark task)"))
     p.add_argument("--no-csv-header", action="store_true", help="CSV input has no header line")
     p.add_argument("--master", help="Spark master (default local[*], or what spark-submit sets)")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark configuration")
@@ -411,13 +398,9 @@ def main(argv: list[str] | None = None) -> int:
             key_column=args.key_column,
             value_column=args.value_column,
             input_format=args.format,
-            max_request_bytes=args.max_request_bytes,
-            max_request_records=args.max_request_records,
-            max_retries=args.max_retries,
-            max_in_flight=args.max_in_flight,
-            body=args.body,
             csv_header=not args.no_csv_header,
             progress_interval_s=args.progress_interval_s,
+            **PRODUCER_SETTINGS.values(args),
         )
         conf = {}
         for item in args.conf:

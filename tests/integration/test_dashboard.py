@@ -1,9 +1,9 @@
 """Every panel of the Grafana dashboard shows data from a real run.
 
 No Grafana server can be installed here, so the dashboard is proven against
-Prometheus directly: a real Prometheus scrapes a real broker (started with
-the load-test scenario variables, as the orchestrator starts it) and a real
-compactor service through file-based service discovery; the test produces,
+Prometheus directly: a real Prometheus scrapes a real broker and a real
+compactor service through file-based service discovery, their targets
+labelled with a run's shape as the load-test harness labels them; the test produces,
 consumes (long-polls included), sends malformed requests, waits for a
 compaction and a vacuum pass to be scraped, and then runs every target of
 every panel through Prometheus's HTTP API, expanded as Grafana would expand
@@ -93,10 +93,10 @@ def test_every_panel_returns_data_from_a_real_broker_and_compactor(
     prometheus: PrometheusServer, broker_factory: BrokerFactory, llog_env: dict[str, str], tmp_path: Path
 ) -> None:
     topic = f"dash-{uuid.uuid4().hex[:8]}"
-    broker = broker_factory(env={
-        "LLOG_LOADTEST_SCENARIO": "dashboard-test", "LLOG_LOADTEST_RUN_ID": topic, "LLOG_LOADTEST_BROKERS": "1",
-        "LLOG_LOADTEST_PARTITIONS": str(PARTITIONS), "LLOG_LOADTEST_RECORD_BYTES": "80",
-    })
+    broker = broker_factory()
+    # The labels the load-test harness gives every target of a run (stack.json's scrape_labels).
+    run = {"scenario": "dashboard-test", "run_id": topic, "brokers": "1", "partitions": str(PARTITIONS),
+           "target_records_per_second": "0", "concurrency": "1", "record_bytes": "80"}
     compactor = Service(llog_env, tmp_path, "dash-compactor", extra_env={
         "LLOG_COMPACTOR_DISCOVERY_INTERVAL_MS": "500", "LLOG_VACUUM_INTERVAL_MS": "1000",
         "LLOG_VACUUM_GRACE_MS": "1000",
@@ -104,8 +104,8 @@ def test_every_panel_returns_data_from_a_real_broker_and_compactor(
     try:
         compactor.wait_healthy()
         prometheus.set_targets([
-            ScrapeTarget(f"{broker.host}:{broker.port}", job="broker"),
-            ScrapeTarget(f"127.0.0.1:{compactor.port}", job="compactor"),
+            ScrapeTarget(f"{broker.host}:{broker.port}", job="broker", labels=run),
+            ScrapeTarget(f"127.0.0.1:{compactor.port}", job="compactor", labels=run),
         ])
         wait_until(lambda: _has_value(prometheus, "sum(up)") and len(prometheus.query("up == 1")["result"]) == 2,
                    30, f"Prometheus to scrape both services: {prometheus.active_targets()}")

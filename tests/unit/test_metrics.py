@@ -16,8 +16,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import server
-from server._config import LoadtestInfo
-from server._errors import ConfigError, LlogError, VersionConflict
+from server._errors import LlogError, VersionConflict
 from server._metrics import BY_NAME, CATALOGUE, PRESENT_AT_START, Kind, LlogMetrics, MetricSpec, UnknownMetric
 
 SERVER = Path(server.__file__).parent
@@ -155,10 +154,12 @@ def test_every_catalogue_metric_exports_with_its_declared_type():
 
 def test_info_metric_replaces_its_previous_label_set():
     m = LlogMetrics()
-    m.set_info_metric("loadtest_scenario_info", scenario="smoke", run_id="r1")
-    m.set_info_metric("loadtest_scenario_info", scenario="smoke", run_id="r2")
-    infos = [k for k in _samples(m) if k[0] == "llog_loadtest_scenario_info"]
-    assert infos == [("llog_loadtest_scenario_info", (("run_id", "r2"), ("scenario", "smoke")))]
+    labels = {"compactor_id": "c1", "workers": 2, "discovery_interval_ms": 0, "blob_cache_bytes": 0,
+              "root_prefix": "llog"}
+    m.set_info_metric("compactor_info", vacuum_interval_ms=1, **labels)
+    m.set_info_metric("compactor_info", vacuum_interval_ms=2, **labels)
+    infos = [dict(k[1]) for k in _samples(m) if k[0] == "llog_compactor_info"]
+    assert [i["vacuum_interval_ms"] for i in infos] == ["2"]
 
 
 def test_present_exports_every_enumerated_series_at_zero():
@@ -228,27 +229,6 @@ def test_timed_counts_outcome_latency_and_bytes():
             raise VersionConflict("another version")
     assert m.counter("oxia_operations_total", op="put_cas", outcome="conflict") == 1
     assert m.counter("oxia_operations_total", op="put_cas", outcome="error") == 0
-
-
-# -- load-test scenario info -----------------------------------------------------------------------------------
-
-
-def test_loadtest_info_from_env_and_published_gauges():
-    assert LoadtestInfo.from_env({}) is None
-    info = LoadtestInfo.from_env({
-        "LLOG_LOADTEST_SCENARIO": "smoke", "LLOG_LOADTEST_RUN_ID": "20261124T0100Z-smoke",
-        "LLOG_LOADTEST_BROKERS": "1", "LLOG_LOADTEST_PARTITIONS": "8", "LLOG_LOADTEST_RECORD_BYTES": "1024",
-    })
-    assert info == LoadtestInfo("smoke", "20261124T0100Z-smoke", brokers=1, partitions=8, record_bytes=1024)
-    assert LoadtestInfo.from_env(info.to_env()) == info
-    m = LlogMetrics()
-    info.publish(m)
-    samples = _samples(m)
-    assert samples[("llog_loadtest_scenario_info", (("run_id", "20261124T0100Z-smoke"), ("scenario", "smoke")))] == 1
-    assert samples[("llog_loadtest_partitions", ())] == 8
-    assert samples[("llog_loadtest_target_records_per_second", ())] == 0
-    with pytest.raises(ConfigError, match="LLOG_LOADTEST_BROKERS"):
-        LoadtestInfo.from_env({"LLOG_LOADTEST_SCENARIO": "x", "LLOG_LOADTEST_BROKERS": "-1"})
 
 
 # -- docs and dashboard follow the catalogue ---------------------------------------------------------------------

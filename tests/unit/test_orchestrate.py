@@ -117,3 +117,26 @@ def test_every_command_has_help(command, capsys):
 def test_a_scenario_error_is_a_clear_message_and_exit_2(capsys):
     assert orchestrate.main(["run", "no-such-scenario"]) == 2
     assert "scenario error: no scenario 'no-such-scenario'" in capsys.readouterr().err
+
+
+def test_every_series_of_a_run_carries_the_run_shape_as_scrape_labels(tmp_path):
+    """The product exports nothing about load tests: the harness labels each
+    target of a run with its shape, and Prometheus puts those labels on every
+    series it scrapes (file_sd target group labels)."""
+    from loadtest._harness.stack import RunStack
+    from loadtest.quick_observability import scrape_targets
+
+    scenario = parse_scenario({"name": "shape", "brokers": [{"role": "both", "count": 2}],
+                               "load": {"mode": "open", "rate": 5000, "partitions": 4, "record_bytes": 100}})
+    labels = RunStack(scenario, tmp_path, "20261124T0100Z-shape", say=lambda line: None).scrape_labels()
+    assert labels == {"scenario": "shape", "run_id": "20261124T0100Z-shape", "brokers": "2", "partitions": "4",
+                      "target_records_per_second": "5000", "concurrency": "0", "record_bytes": "100"}
+    stack = {"run_id": "20261124T0100Z-shape", "scrape_labels": labels, "processes": [
+        {"kind": "oxia", "host": "127.0.0.1", "port": None},
+        {"kind": "broker", "host": "127.0.0.1", "port": 9001},
+        {"kind": "compactor", "host": "127.0.0.1", "port": 9002},
+    ]}
+    groups = [t.file_sd_group() for t in scrape_targets(stack)]
+    assert [g["targets"] for g in groups] == [["127.0.0.1:9001"], ["127.0.0.1:9002"]]
+    assert all(g["labels"] == {**labels, "job": job, "__metrics_path__": "/metrics/prometheus"}
+               for g, job in zip(groups, ("broker", "compactor")))

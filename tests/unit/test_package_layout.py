@@ -3,7 +3,8 @@
 Layers, lowest first (ARCHITECTURE.md, "Code map")::
 
     foundations  _errors, _retry
-    protocol     _protocol/     metrics  _metrics/   (side by side)
+    protocol     _protocol/     metrics  _metrics/   settings  _settings
+                 (side by side; _settings: how a config field declares its setting)
     config       _config            (validates the root prefix with protocol.keys)
     storage      _storage/
     log          _log/
@@ -15,7 +16,8 @@ Layers, lowest first (ARCHITECTURE.md, "Code map")::
 
 A module may import its own layer and the layers below it. The faces (the
 reference system's module names: ``leaderless_log_writer`` ...) sit on top
-and may import anything but spark; nothing inside a layer imports a face. Checked on the
+and may import anything but spark, beside ``_env_example`` (``.env.example``
+from every process's settings); nothing inside a layer imports a face. Checked on the
 source with ``ast``, including imports inside functions and under
 ``TYPE_CHECKING``.
 """
@@ -37,6 +39,7 @@ LAYERS: dict[str, int] = {
     "server._retry": 0,
     "server._metrics": 1,
     "server._protocol": 1,
+    "server._settings": 1,
     "server._config": 2,
     "server._storage": 3,
     "server._log": 4,
@@ -45,6 +48,7 @@ LAYERS: dict[str, int] = {
     "server._compaction": 6,
     "server.client": 6,
     "server.spark": 8,
+    "server._env_example": 7,
 }
 FACE = 7
 FACES = {

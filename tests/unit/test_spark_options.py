@@ -133,3 +133,31 @@ def test_produce_body_option_of_the_writer() -> None:
         LlogWriter({**opts, "produceBody": "xml"}, schema)
     with pytest.raises(ConfigError, match="--body|body must be one of"):
         ProduceOptions(topic="t", brokers=("http://127.0.0.1:1",), body="xml")
+
+
+def test_the_job_and_the_writer_take_the_client_limits_from_producer_config(capsys) -> None:
+    """4 MiB, 50,000 records, 10 retries, 4 in flight, binary: declared once, on ProducerConfig."""
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    from server.client import ProducerConfig, parse_broker_list
+    from server.spark._write_source import LlogWriter
+    from server.spark.produce_job import parse_args
+
+    client = ProducerConfig(brokers=parse_broker_list("http://a:1"))
+    assert ProduceOptions(topic="t", brokers=("http://a:1",)).producer_config() == client
+    schema = StructType([StructField("value", StringType())])
+    opts = {"topic": "t", "brokers": "http://a:1", "partitions": "2"}
+    assert LlogWriter(opts, schema).config == client
+    changed = LlogWriter({**opts, "maxRequestBytes": "2048", "MAXINFLIGHT": "2", "maxRetries": "0"}, schema).config
+    assert (changed.max_request_bytes, changed.max_in_flight, changed.max_retries) == (2048, 2, 0)
+    with pytest.raises(ConfigError, match="option maxRequestBytes must be >= 1024, got 10"):
+        LlogWriter({**opts, "maxRequestBytes": "10"}, schema)
+    with pytest.raises(ConfigError, match="option maxInFlight must be an integer, got 'many'"):
+        LlogWriter({**opts, "maxInFlight": "many"}, schema)
+    with pytest.raises(SystemExit):
+        parse_args(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "(Spark writer option maxRequestBytes, default 4194304 (4 MiB))" in text
+    assert "(Spark writer option maxRequestRecords, default 50000)" in text
+    args = parse_args(["in.jsonl", "--topic", "t", "--brokers", "http://a:1", "--max-in-flight", "8"])
+    assert (args.max_in_flight, args.max_retries) == (8, None)  # unset flags keep ProducerConfig's defaults
