@@ -51,6 +51,7 @@ from .._protocol.structs import AppendResult, SharedAppendGroup
 from .._storage.billing import S3Billing, S3Prices
 from .._storage.stores import Stores
 from .._metrics import PRESENT_AT_START, LlogMetrics
+from .._runtime import REAL_RUNTIME, Runtime
 from .._protocol.http_json import (
     InvalidField,
     TooLarge,
@@ -175,13 +176,15 @@ class Broker:
         env: Mapping[str, str] | None = None,
         *,
         metrics: LlogMetrics | None = None,
+        runtime: Runtime = REAL_RUNTIME,
     ) -> Broker:
         """A broker over parts built from the environment (``LLOG_OXIA_*``,
         ``LLOG_S3_*``, ``LLOG_ROOT_PREFIX``, ``LLOG_BATCH_*``): the tail cache
         ``config`` asks for, a producer over its own writer (roles write and
         both), a reader (roles read and both), all over one ``Stores`` (one
         Oxia session per process). The broker owns them; closing it closes
-        the writer too (the producer owns it), then the stores."""
+        the writer too (the producer owns it), then the stores. ``runtime``:
+        the clock, ids and randomness of the writer, producer and reader."""
         env = os.environ if env is None else env
         metrics = metrics or LlogMetrics(static_labels={"broker_id": config.broker_id}, process_metrics=True)
         built: list[Any] = []
@@ -193,12 +196,13 @@ class Broker:
             built.append(cache)
             producer = reader = None
             if config.serves_produce:
-                writer = LeaderlessLogWriter(oxia, s3, metrics=metrics, stores=stores)
+                writer = LeaderlessLogWriter(oxia, s3, metrics=metrics, stores=stores, runtime=runtime)
                 built.append(writer)
-                producer = BatchingProducer(writer, BatchConfig.from_env(env), metrics=metrics, owns_writer=True)
+                producer = BatchingProducer(writer, BatchConfig.from_env(env), metrics=metrics, owns_writer=True,
+                                            runtime=runtime)
                 built[-1] = producer
             if config.serves_consume:
-                reader = LeaderlessLogReader(oxia, s3, metrics=metrics, stores=stores)
+                reader = LeaderlessLogReader(oxia, s3, metrics=metrics, stores=stores, runtime=runtime)
                 built.append(reader)
             billing = S3Billing.for_stores(metrics, stores.objects, s3.bucket, oxia.root_prefix, S3Prices.from_env(env))
             return cls(

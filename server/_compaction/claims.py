@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 
 from .._errors import LlogError, MetadataStoreError, VersionConflict
 from .._protocol.keys import PartitionKeys, TopicPartition
 from .._protocol.records import CompactorClaim
 from .._storage.metastore import EXPECT_ABSENT, MetadataStore
 from .._metrics import LlogMetrics
+from .._runtime import REAL_RUNTIME, Runtime
 
 __all__ = ["Claims"]
 
@@ -38,8 +38,11 @@ class Claims:
     set of failed releases is shared.
     """
 
-    def __init__(self, meta: MetadataStore, compactor_id: str, metrics: LlogMetrics) -> None:
+    def __init__(
+        self, meta: MetadataStore, compactor_id: str, metrics: LlogMetrics, *, runtime: Runtime = REAL_RUNTIME,
+    ) -> None:
         self._meta = meta
+        self._clock = runtime.clock
         self.compactor_id = compactor_id
         self.metrics = metrics
         # Claims whose release failed: log -> the version our create returned.
@@ -48,7 +51,7 @@ class Claims:
 
     def claim(self, keys: PartitionKeys) -> int | None:
         """Create the ephemeral claim; its version, or None if another compactor holds it."""
-        claim = CompactorClaim(self.compactor_id, int(time.time() * 1000))
+        claim = CompactorClaim(self.compactor_id, self._clock.now_ms())
         # Three creates at most: the first may find a leftover of ours, which
         # is deleted; the second may race another compactor's create.
         for _ in range(3):

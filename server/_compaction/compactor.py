@@ -34,8 +34,6 @@ simulate a crash at that point.
 from __future__ import annotations
 
 import logging
-import time
-import uuid
 from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Callable, Mapping
@@ -45,6 +43,7 @@ from .._errors import InconsistentReadState, InvalidRequest, ObjectNotFound, Par
 from .._log.reader import LeaderlessLogReader, ResolvedBatch
 from .._log import recovery
 from .._protocol.codec import BATCH_ENCODING, encode_batch
+from .._protocol.constants import REFERENCE_DEADLINE_MS
 from .._protocol.keys import LogLayout, PartitionKeys
 from .._protocol.records import (
     ENTRY_COMPACTED,
@@ -61,6 +60,7 @@ from .._storage.metastore import EXPECT_ABSENT, MetadataStore, Record
 from .._storage.objectstore import ObjectStore
 from .._storage.stores import Closeable, Stores, use_stores
 from .._metrics import LlogMetrics
+from .._runtime import REAL_RUNTIME, Runtime
 from .config import DEFAULT_MAX_BYTES, DEFAULT_MAX_OFFSETS, CompactionLimits
 
 __all__ = [
@@ -78,9 +78,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-
-DEFAULT_MAX_REFERENCE_AGE_MS = 60_000
-"""SPEC 7.0 ``D``: never make the first reference to an object older than this."""
+DEFAULT_MAX_REFERENCE_AGE_MS = REFERENCE_DEADLINE_MS  # SPEC 7.0 ``D`` (_protocol/constants.py)
 
 
 class CompactionOutcome(str, Enum):
@@ -149,6 +147,7 @@ class LeaderlessLogCompactor(Closeable):
         max_bytes_per_run: int = DEFAULT_MAX_BYTES,
         max_reference_age_ms: int = DEFAULT_MAX_REFERENCE_AGE_MS,
         step_hook: StepHook | None = None,
+        runtime: Runtime = REAL_RUNTIME,
     ) -> None:
         if max_offsets_per_run < 1 or max_bytes_per_run < 1:
             raise InvalidRequest("max_offsets_per_run and max_bytes_per_run must be >= 1")
@@ -159,9 +158,11 @@ class LeaderlessLogCompactor(Closeable):
         self.max_bytes_per_run = max_bytes_per_run
         self.max_reference_age_ms = max_reference_age_ms
         self._hook = step_hook
+        self.runtime = runtime
         self._stores = use_stores(self, stores, oxia_config, s3_config, self.metrics, metadata_store, object_store)
         self._meta, self._objects = self._stores.meta, self._stores.objects
-        self._reader = LeaderlessLogReader(oxia_config, s3_config, metrics=self.metrics, stores=self._stores)
+        self._reader = LeaderlessLogReader(oxia_config, s3_config, metrics=self.metrics, stores=self._stores,
+                                           runtime=runtime)
         self._resources.callback(self._reader.close)
 
     @classmethod
@@ -181,7 +182,7 @@ class LeaderlessLogCompactor(Closeable):
         if max_offsets is not None and (isinstance(max_offsets, bool) or max_offsets < 1):
             raise InvalidRequest(f"max_offsets must be >= 1, got {max_offsets!r}")
         keys = self.layout.partition(topic, partition)
-        started = time.perf_counter()
+        started = self.runtime.clock.perf_counter()
         limit, high_watermark, recovered = self._recover_pending(keys)
         self._stage("recover_pending", started)
 
@@ -202,7 +203,7 @@ class LeaderlessLogCompactor(Closeable):
         else:
             result = self._compact_new(keys, base, limit, max_offsets or self.max_offsets_per_run)
         result = replace(result, cursor=self._cursor(keys)[0])
-        self._count_run(result, time.perf_counter() - started)
+        self._count_run(result, self.runtime.clock.perf_counter() - started)
         return result
 
     def _count_run(self, result: CompactionResult, seconds: float) -> None:
@@ -220,7 +221,7 @@ class LeaderlessLogCompactor(Closeable):
     def _compact_new(
         self, keys: PartitionKeys, base: CompactionResult, limit: int, max_offsets: int
     ) -> CompactionResult:
-        t = time.perf_counter()
+        t = self.runtime.clock.perf_counter()
         cursor, _ = self._cursor(keys)
         selected = self._select(keys, cursor, limit, max_offsets)
         self._stage("select", t)
@@ -236,11 +237,11 @@ class LeaderlessLogCompactor(Closeable):
         bytes_read = sum(b.entry.byte_length or 0 for _, b in selected)
 
         # K5: record the intent, unless the object is already too old to reference.
-        if int(time.time() * 1000) - created_at_ms > self.max_reference_age_ms:
+        if self.runtime.clock.now_ms() - created_at_ms > self.max_reference_age_ms:
             log.warning("compacted object %s took too long to write; leaving it for vacuum", data_key)
             return replace(base, outcome=CompactionOutcome.ABANDONED, data_key=data_key)
         record = CompactionRecord(
-            compaction_id=str(uuid.uuid4()),
+            compaction_id=str(self.runtime.ids.uuid4()),
             state=STATE_WRITING_COMPACTED_INDEX,
             start_offset=start,
             end_offset=end,
@@ -264,7 +265,7 @@ class LeaderlessLogCompactor(Closeable):
 
         # K6 on the fast path (the version of the end key is known from K3);
         # a conflict falls back to the resume logic, which re-reads it.
-        t = time.perf_counter()
+        t = self.runtime.clock.perf_counter()
         try:
             self._meta.put(
                 keys.index(end), self._compacted_entry(record).encode(), keys.partition_key,
@@ -285,7 +286,7 @@ class LeaderlessLogCompactor(Closeable):
         """K4: fetch the selected batches and PUT them as one compacted object.
         Returns ``(data_key, created_at_ms, bytes written)``, or None when
         another compaction took the range over meanwhile."""
-        t = time.perf_counter()
+        t = self.runtime.clock.perf_counter()
         start, end = selected[0][1].start_offset, selected[-1][1].end_offset
         try:
             payload_lists = self._reader.fetch_many([(keys, batch) for _, batch in selected])
@@ -302,8 +303,8 @@ class LeaderlessLogCompactor(Closeable):
                 topic=keys.tp.topic, partition=keys.tp.partition, offset=start,
             )
         body = encode_batch(payloads)
-        created_at_ms = int(time.time() * 1000)
-        object_key = keys.compacted_object(str(uuid.uuid4()))
+        created_at_ms = self.runtime.clock.now_ms()
+        object_key = keys.compacted_object(str(self.runtime.ids.uuid4()))
         self._objects.put(self.bucket, object_key, body)
         self._stage("build", t)
         self._step("blob_written")
@@ -409,7 +410,7 @@ class LeaderlessLogCompactor(Closeable):
                         "COMPACTED entry; refusing to delete the lower keys",
                         topic=keys.tp.topic, partition=keys.tp.partition, offset=record.end_offset,
                     )
-                t = time.perf_counter()
+                t = self.runtime.clock.perf_counter()
                 self._meta.delete_range(keys.index(record.start_offset), keys.index(record.end_offset), keys.partition_key)
                 self._stage("delete_lower_keys", t)
                 self._step("lower_keys_deleted")
@@ -496,4 +497,4 @@ class LeaderlessLogCompactor(Closeable):
             self._hook(name)
 
     def _stage(self, stage: str, started: float) -> None:
-        self.metrics.observe("compactor_stage_seconds", time.perf_counter() - started, stage=stage)
+        self.metrics.observe("compactor_stage_seconds", self.runtime.clock.perf_counter() - started, stage=stage)

@@ -10,13 +10,13 @@ adds logs.
 from __future__ import annotations
 
 import logging
-import time
 from typing import Callable, Sequence
 
 from .._errors import LlogError
 from .._protocol.keys import LogLayout, TopicPartition
 from .._storage.metastore import MetadataStore
 from .._metrics import LlogMetrics
+from .._runtime import REAL_RUNTIME, Runtime
 
 __all__ = ["Discovery"]
 
@@ -29,8 +29,11 @@ AddLogs = Callable[[set[TopicPartition]], Sequence[TopicPartition]]
 class Discovery:
     """Discovery passes over one metadata store, with their metrics."""
 
-    def __init__(self, meta: MetadataStore, layout: LogLayout, metrics: LlogMetrics) -> None:
+    def __init__(
+        self, meta: MetadataStore, layout: LogLayout, metrics: LlogMetrics, *, runtime: Runtime = REAL_RUNTIME,
+    ) -> None:
         self._meta = meta
+        self._clock = runtime.clock
         self._layout = layout
         self._metrics = metrics
         self.last_pass_ms: int | None = None
@@ -50,11 +53,11 @@ class Discovery:
         """One pass: list the logs, hand them to ``add_logs``; return the new ones."""
         found = self.list_logs()
         new = add_logs(found)
-        self.last_pass_ms = int(time.time() * 1000)
+        self.last_pass_ms = self._clock.now_ms()
         self._metrics.inc("compactor_discovery_passes_total", outcome="ok")
         self._metrics.inc("compactor_partitions_discovered_total", len(new))
         self._metrics.set_gauge("compactor_discovery_last_found", len(found))
-        self._metrics.set_gauge("compactor_discovery_last_pass_timestamp_seconds", time.time())
+        self._metrics.set_gauge("compactor_discovery_last_pass_timestamp_seconds", self.last_pass_ms / 1000)
         if new:
             log.info("discovery found %d new logs: %s", len(new), ", ".join(sorted(map(str, new))[:20]))
         return new

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from http.server import ThreadingHTTPServer
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
@@ -52,13 +51,14 @@ class _Handler(JSONRequestHandler):
     server_version = "llog-compactor/1"
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-        started = time.monotonic()
+        clock = self.service.runtime.clock
+        started = clock.monotonic()
         path = urlsplit(self.path).path.rstrip("/") or "/"
         resp = self._route(path)
         label = path if path in _PATHS else "other"
         metrics = self.service.metrics
         metrics.inc("http_requests_total", path=label, method="GET", status=resp.status)
-        metrics.observe("http_request_seconds", time.monotonic() - started, path=label)
+        metrics.observe("http_request_seconds", clock.monotonic() - started, path=label)
         self.send_answer(resp)
 
     def count_protocol_error(self, code: int) -> None:

@@ -16,21 +16,20 @@ then whatever discovery adds; logs are never removed) and decides:
   be due (at most a second);
 - ``take_discovery()``: whether a discovery pass is due.
 
-Time comes from an injected monotonic clock (seconds) and jitter from an
-injected ``random.Random``, so unit tests drive every decision without
-threads or sleeps. Not thread-safe: the service calls it holding its
-condition.
+Time comes from the runtime's monotonic clock (seconds) and jitter from its
+random source (``server._runtime``), or from an explicit ``clock``/``rng``,
+so unit tests drive every decision without threads or sleeps. Not
+thread-safe: the service calls it holding its condition.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import random
-import time
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from .._protocol.keys import TopicPartition
+from .._runtime import REAL_RUNTIME, RandomSource, Runtime
 from .config import CompactorServiceConfig
 from .tasks import TaskOutcome
 
@@ -62,12 +61,13 @@ class Scheduler:
         self,
         config: CompactorServiceConfig,
         *,
-        clock: Callable[[], float] = time.monotonic,
-        rng: random.Random | None = None,
+        clock: Callable[[], float] | None = None,
+        rng: RandomSource | None = None,
+        runtime: Runtime = REAL_RUNTIME,
     ) -> None:
         self._config = config
-        self._clock = clock
-        self._rng = rng or random.Random()
+        self._clock = clock or runtime.clock.monotonic
+        self._rng = rng or runtime.rng
         self._logs: dict[TopicPartition, LogState] = {tp: LogState() for tp in config.targets}
         self._in_flight = 0
         self._next_discovery = 0.0

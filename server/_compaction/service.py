@@ -22,9 +22,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import queue
-import random
 import threading
-import time
 from http.server import ThreadingHTTPServer
 from typing import Any, Callable, Mapping, Sequence
 
@@ -36,6 +34,7 @@ from .._storage.objectstore import ObjectStore
 from .._storage.billing import S3Billing, S3Prices
 from .._storage.stores import Stores
 from .._metrics import PRESENT_AT_START, LlogMetrics
+from .._runtime import REAL_RUNTIME, RandomSource, Runtime
 from .blob_cache import SharedBlobCache
 from .claims import Claims
 from .config import CompactorServiceConfig
@@ -73,10 +72,15 @@ class CompactorService:
         compactor_factory: Callable[[], Compactor] | None = None,
         vacuum_factory: Callable[[], VacuumLike] | None = None,
         serve_http: bool = True,
-        rng: random.Random | None = None,
+        rng: RandomSource | None = None,
         prices: S3Prices | None = None,
+        runtime: Runtime = REAL_RUNTIME,
     ) -> None:
+        """``runtime``: the clock, ids and randomness of the service and every
+        part it builds (``server._runtime``); ``rng`` overrides its random
+        source for scheduling jitter and order."""
         self.config = config
+        self.runtime = runtime
         self.layout = LogLayout(oxia_config.root_prefix)
         self.metrics = metrics or LlogMetrics(static_labels={"compactor_id": config.compactor_id}, process_metrics=True)
         self._oxia_config = oxia_config
@@ -84,15 +88,15 @@ class CompactorService:
         self._prices = prices or S3Prices()
         self._open_stores(stores, metadata_store, object_store)
         self._serve_http = serve_http
-        self._rng = rng or random.Random()
+        self._rng = rng or runtime.rng
         self._cond = threading.Condition()  # guards self._scheduler
         self._stop = threading.Event()
-        self._scheduler = Scheduler(config, rng=self._rng)
-        self._discovery = Discovery(self._meta, self.layout, self.metrics)
-        self._claims = Claims(self._meta, config.compactor_id, self.metrics)
+        self._scheduler = Scheduler(config, rng=self._rng, runtime=runtime)
+        self._discovery = Discovery(self._meta, self.layout, self.metrics, runtime=runtime)
+        self._claims = Claims(self._meta, config.compactor_id, self.metrics, runtime=runtime)
         self._runner = TaskRunner(
             self._claims, self.layout, self.metrics, compactor_factory or self._default_compactor,
-            error_sleep_ms=config.error_sleep_ms,
+            error_sleep_ms=config.error_sleep_ms, runtime=runtime,
         )
         self._vacuum_runner = VacuumRunner(
             vacuum_factory or self._default_vacuum, config.vacuum.interval_ms, self._stop, self._rng,
@@ -105,7 +109,7 @@ class CompactorService:
         self._started = False
         self._closed = False
         self._close_lock = threading.Lock()
-        self.started_at_ms = int(time.time() * 1000)
+        self.started_at_ms = runtime.clock.now_ms()
         self._publish_info()
 
     def _open_stores(
@@ -176,6 +180,7 @@ class CompactorService:
         return LeaderlessLogCompactor(
             self._oxia_config, self._s3_config, metrics=self.metrics, stores=self._compactor_stores,
             max_offsets_per_run=self.config.max_offsets_per_run, max_bytes_per_run=self.config.max_bytes_per_run,
+            runtime=self.runtime,
         )
 
     def _default_vacuum(self) -> VacuumLike:
@@ -185,7 +190,7 @@ class CompactorService:
             self._oxia_config, self._s3_config,
             grace_ms=self.config.vacuum.grace_ms,
             delete_redundant_entries=self.config.vacuum.delete_redundant_entries,
-            metrics=self.metrics, stores=self._stores,
+            metrics=self.metrics, stores=self._stores, runtime=self.runtime,
         )
 
     # -- lifecycle -------------------------------------------------------------------
@@ -239,10 +244,11 @@ class CompactorService:
         self.request_stop()
         if self._scheduler_thread is not None:
             self._scheduler_thread.join(timeout=5)
-        deadline = time.monotonic() + timeout_s
+        clock = self.runtime.clock
+        deadline = clock.monotonic() + timeout_s
         with self._cond:
-            while self._scheduler.in_flight > 0 and time.monotonic() < deadline:
-                self._cond.wait(min(0.2, max(0.0, deadline - time.monotonic())))
+            while self._scheduler.in_flight > 0 and clock.monotonic() < deadline:
+                self._cond.wait(min(0.2, max(0.0, deadline - clock.monotonic())))
             finished = self._scheduler.in_flight == 0
             running = [str(tp) for tp in self._scheduler.running()]
         for _ in self._workers:
@@ -253,7 +259,7 @@ class CompactorService:
                 "(they resume on the next compactor that takes the log)",
                 self.config.compactor_id, len(running), timeout_s, ", ".join(running),
             )
-        self._vacuum_runner.join(max(0.0, deadline - time.monotonic()) + 1)
+        self._vacuum_runner.join(max(0.0, deadline - clock.monotonic()) + 1)
         if self._http is not None:
             self._http.shutdown()
             self._http.server_close()

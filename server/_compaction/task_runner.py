@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from typing import Any, Callable
 
 from .._errors import PartitionNotInitialized
 from .._protocol.keys import LogLayout, PartitionKeys, TopicPartition
 from .._metrics import LlogMetrics
+from .._runtime import REAL_RUNTIME, Runtime
 from .claims import Claims
 from .tasks import Compactor, TaskOutcome, TaskResult, close_quietly
 
@@ -39,8 +39,10 @@ class TaskRunner:
         compactor_factory: Callable[[], Compactor],
         *,
         error_sleep_ms: int,
+        runtime: Runtime = REAL_RUNTIME,
     ) -> None:
         self._claims = claims
+        self._clock = runtime.clock
         self._layout = layout
         self._metrics = metrics
         self._factory = compactor_factory
@@ -51,7 +53,7 @@ class TaskRunner:
 
     def attempt(self, tp: TopicPartition) -> TaskResult:
         """Claim ``tp``, run ``compact_once`` on it, release the claim. Never raises."""
-        started = time.perf_counter()
+        started = self._clock.perf_counter()
         keys = self._layout.keys(tp)
         result, error = None, None
         try:
@@ -65,7 +67,7 @@ class TaskRunner:
                 outcome = TaskOutcome.BUSY
             else:
                 outcome, result, error = self._run_claimed(tp, keys, version)
-        seconds = time.perf_counter() - started
+        seconds = self._clock.perf_counter() - started
         self._metrics.inc("compactor_tasks_total", outcome=outcome.value)
         self._metrics.observe("compactor_task_seconds", seconds)
         return TaskResult(tp, outcome, result, error, seconds)

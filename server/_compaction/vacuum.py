@@ -41,9 +41,8 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from dataclasses import asdict, dataclass, field
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 from .._config import OxiaConfig, S3Config
 from .._errors import (
@@ -55,6 +54,7 @@ from .._errors import (
     VersionConflict,
 )
 from .._protocol.codec import decode_shared_header
+from .._protocol.constants import MIN_SAFE_GRACE_MS, REFERENCE_DEADLINE_MS
 from .._protocol.keys import LogLayout, PartitionKeys, TopicPartition
 from .._protocol.records import (
     ENTRY_WAL,
@@ -67,6 +67,7 @@ from .._storage.metastore import MetadataStore
 from .._storage.objectstore import ObjectInfo, ObjectStore
 from .._storage.stores import Closeable, Stores, use_stores
 from .._metrics import LlogMetrics
+from .._runtime import REAL_RUNTIME, Runtime
 from .config import VacuumConfig
 
 __all__ = [
@@ -110,12 +111,7 @@ KIND_COMPACTED = "compacted"
 KIND_LEGACY_WAL = "legacy-wal"
 
 _DELETE_CHUNK = 1000
-_MIN_SAFE_GRACE_MS = 120_000  # 2 x the compactor's 60 s reference deadline D
 _HEADER_CACHE_MAX = 200_000
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 @dataclass(frozen=True)
@@ -226,22 +222,26 @@ class Vacuum(Closeable):
         metadata_store: MetadataStore | None = None,
         object_store: ObjectStore | None = None,
         stores: Stores | None = None,
-        now_ms=_now_ms,
+        now_ms: Callable[[], int] | None = None,
+        runtime: Runtime = REAL_RUNTIME,
     ) -> None:
+        """``now_ms``: the wall clock object ages are taken against
+        (``runtime.clock.now_ms`` when None); ``runtime`` also times the pass."""
         if grace_ms < 0:
             raise ConfigError(f"vacuum grace_ms must be >= 0, got {grace_ms}")
-        if grace_ms < _MIN_SAFE_GRACE_MS:
+        if grace_ms < MIN_SAFE_GRACE_MS:
             log.warning(
-                "vacuum grace period %d ms is below %d ms (2 x the 60 s reference deadline): "
+                "vacuum grace period %d ms is below %d ms (2 x the %d ms reference deadline D): "
                 "an object an append or a compaction is about to reference could be deleted; "
-                "use this only in tests", grace_ms, _MIN_SAFE_GRACE_MS,
+                "use this only in tests", grace_ms, MIN_SAFE_GRACE_MS, REFERENCE_DEADLINE_MS,
             )
         self.bucket = s3_config.require_bucket()
         self.layout = LogLayout(oxia_config.root_prefix)
         self.grace_ms = grace_ms
         self.delete_redundant_entries = delete_redundant_entries
         self.metrics = metrics or LlogMetrics()
-        self._now_ms = now_ms
+        self.runtime = runtime
+        self._now_ms = now_ms or runtime.clock.now_ms
         self._stores = use_stores(self, stores, oxia_config, s3_config, self.metrics, metadata_store, object_store)
         self._meta, self._objects = self._stores.meta, self._stores.objects
         # Objects are immutable, so a shared object's header never changes:
@@ -267,7 +267,7 @@ class Vacuum(Closeable):
         failures keep the objects concerned and are listed in ``errors``.
         """
         with self._run_lock:
-            started = time.monotonic()
+            started = self.runtime.clock.monotonic()
             try:
                 report = self._run(dry_run, started)
             except Exception:
@@ -301,7 +301,7 @@ class Vacuum(Closeable):
             redundant_entries=tuple(state.redundant),
             logs_checked=len(state.refs),
             errors=tuple(state.errors),
-            duration_s=round(time.monotonic() - started, 3),
+            duration_s=round(self.runtime.clock.monotonic() - started, 3),
         )
 
     def _judge(self, state: _Pass, info: ObjectInfo, age_ms: int) -> None:
@@ -457,7 +457,7 @@ class Vacuum(Closeable):
         m = self.metrics
         m.inc("vacuum_runs_total", outcome="error" if report.errors else "ok", dry_run=report.dry_run)
         m.observe("vacuum_run_seconds", report.duration_s)
-        m.set_gauge("vacuum_last_run_timestamp_seconds", time.time())
+        m.set_gauge("vacuum_last_run_timestamp_seconds", self.runtime.clock.now_ms() / 1000)
         m.inc("vacuum_objects_scanned_total", report.scanned)
         for reason in (KEEP_YOUNG, KEEP_INDEXED, KEEP_PENDING, KEEP_COMPACTING, KEEP_UNREADABLE,
                        KEEP_CHECK_FAILED, KEEP_FOREIGN, KEEP_VANISHED):

@@ -9,10 +9,10 @@ lockstep.
 from __future__ import annotations
 
 import logging
-import random
 import threading
 from typing import Any, Callable
 
+from .._runtime import RandomSource
 from .tasks import VacuumLike
 
 __all__ = ["VacuumRunner"]
@@ -32,7 +32,7 @@ class VacuumRunner:
         factory: Callable[[], VacuumLike],
         interval_ms: int,
         stop: threading.Event,
-        rng: random.Random,
+        rng: RandomSource,
     ) -> None:
         self._factory = factory
         self._interval_s = interval_ms / 1000

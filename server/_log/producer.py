@@ -33,7 +33,6 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-import time
 from collections import OrderedDict, deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -45,6 +44,7 @@ from .._protocol.codec import join_payloads
 from .._protocol.keys import TopicPartition
 from .._protocol.structs import AppendResult, SharedAppendGroup, validate_groups
 from .._metrics import LlogMetrics
+from .._runtime import REAL_RUNTIME, Runtime
 from .writer import LeaderlessLogWriter, StagedBlob
 
 __all__ = ["BatchingProducer"]
@@ -88,8 +88,10 @@ class BatchingProducer:
         metrics: LlogMetrics | None = None,
         auto_initialize: bool = True,
         owns_writer: bool = False,
+        runtime: Runtime = REAL_RUNTIME,
     ) -> None:
         self.writer = writer
+        self.runtime = runtime
         self.config = config or BatchConfig()
         self.metrics = metrics or writer.metrics
         self.auto_initialize = auto_initialize
@@ -121,12 +123,13 @@ class BatchingProducer:
 
     @classmethod
     def from_env(
-        cls, env: Mapping[str, str] | None = None, *, metrics: LlogMetrics | None = None
+        cls, env: Mapping[str, str] | None = None, *, metrics: LlogMetrics | None = None,
+        runtime: Runtime = REAL_RUNTIME,
     ) -> BatchingProducer:
         """A producer over its own ``LeaderlessLogWriter.from_env()``."""
-        writer = LeaderlessLogWriter.from_env(env, metrics=metrics)
+        writer = LeaderlessLogWriter.from_env(env, metrics=metrics, runtime=runtime)
         try:
-            return cls(writer, BatchConfig.from_env(env), metrics=metrics, owns_writer=True)
+            return cls(writer, BatchConfig.from_env(env), metrics=metrics, owns_writer=True, runtime=runtime)
         except Exception:
             writer.close()
             raise
@@ -147,7 +150,7 @@ class BatchingProducer:
                 f"request holds {nbytes} payload bytes, more than the producer's buffer cap "
                 f"of {self.config.max_buffer_bytes} (LLOG_BATCH_MAX_BUFFER_BYTES)"
             )
-        sub = _Submission(groups, nbytes, Future(), time.monotonic(), [None] * len(groups), request_id)
+        sub = _Submission(groups, nbytes, Future(), self.runtime.clock.monotonic(), [None] * len(groups), request_id)
         with self._cond:
             if self._closing:
                 raise ProducerClosed("the producer is closed")
@@ -157,7 +160,7 @@ class BatchingProducer:
             self._queued_bytes += nbytes
             self._inflight_bytes += nbytes
             if self._first_at is None:
-                self._first_at = time.monotonic()
+                self._first_at = self.runtime.clock.monotonic()
             if flush:
                 self._flush_requested = True
                 self.metrics.inc("batcher_flush_requests_total")
@@ -177,14 +180,14 @@ class BatchingProducer:
         self._waiters.append(ticket)
         if self.config.max_block_ms:
             self.metrics.inc("batcher_backpressure_waits_total")
-        deadline = time.monotonic() + self.config.max_block_ms / 1000.0
+        deadline = self.runtime.clock.monotonic() + self.config.max_block_ms / 1000.0
         try:
             while True:
                 if self._closing:
                     raise ProducerClosed("the producer is closed")
                 if self._waiters[0] is ticket and self._inflight_bytes + nbytes <= self.config.max_buffer_bytes:
                     return
-                left = deadline - time.monotonic()
+                left = deadline - self.runtime.clock.monotonic()
                 if left <= 0:
                     self.metrics.inc("batcher_backpressure_rejections_total")
                     raise BackPressureRejected(
@@ -263,7 +266,7 @@ class BatchingProducer:
             while True:
                 if self._queue:
                     due = self._first_at + delay_s  # type: ignore[operator]
-                    now = time.monotonic()
+                    now = self.runtime.clock.monotonic()
                     if (
                         self._queued_bytes >= self.config.max_bytes
                         or now >= due
@@ -304,7 +307,7 @@ class BatchingProducer:
             try:
                 flush = self._prepare(batch)
             except BaseException as exc:  # noqa: BLE001 - the committer answers every caller
-                flush = _Flush(batch, time.monotonic(), OrderedDict(), {}, [], {}, _failed_future(exc))
+                flush = _Flush(batch, self.runtime.clock.monotonic(), OrderedDict(), {}, [], {}, _failed_future(exc))
             self._commits.put(flush)
 
     def _run_commits(self) -> None:
@@ -333,7 +336,7 @@ class BatchingProducer:
     def _prepare(self, batch: list[_Submission]) -> _Flush:
         """Merge the batch into one group per partition, initialize new
         partitions, and start the shared blob's PUT."""
-        started = time.monotonic()
+        started = self.runtime.clock.monotonic()
         for sub in batch:
             self.metrics.observe("batcher_queue_wait_seconds", started - sub.enqueued_at)
         # One aggregated group per partition, payloads in submission order.
@@ -382,7 +385,7 @@ class BatchingProducer:
         for sub in batch:
             sub.future.set_result(list(sub.results))
 
-        elapsed = time.monotonic() - started
+        elapsed = self.runtime.clock.monotonic() - started
         if log.isEnabledFor(logging.DEBUG):
             ids = [sub.request_id for sub in batch if sub.request_id is not None]
             log.debug(

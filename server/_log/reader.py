@@ -53,6 +53,7 @@ from .._storage.metastore import MetadataStore
 from .._storage.objectstore import ObjectStore
 from .._storage.stores import Closeable, Stores, use_stores
 from .._metrics import LlogMetrics
+from .._runtime import REAL_RUNTIME, Runtime
 from .index import covering_entry
 
 __all__ = [
@@ -121,9 +122,13 @@ class LeaderlessLogReader(Closeable):
         object_store: ObjectStore | None = None,
         stores: Stores | None = None,
         read_ahead: int = 4,
+        runtime: Runtime = REAL_RUNTIME,
     ) -> None:
         self.layout = LogLayout(oxia_config.root_prefix)
         self.metrics = metrics or LlogMetrics()
+        self.runtime = runtime
+        """The clock, ids and randomness (``server._runtime``); a read draws
+        none of them, the reader carries it like every top-level part."""
         self._stores = use_stores(
             self, stores, oxia_config, s3_config or S3Config(bucket=None), self.metrics, metadata_store, object_store
         )

@@ -10,13 +10,13 @@ run concurrently and out of order while commits keep their order.
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import dataclass
 from typing import Sequence
 
 from .._protocol.codec import BATCH_ENCODING, encode_batch, encode_shared_blob
 from .._protocol.records import ENTRY_WAL, PendingAppend
 from .._protocol.structs import AppendResult, SharedAppendGroup
+from .._runtime import REAL_RUNTIME, Runtime
 
 __all__ = ["StagedBlob", "build_staged"]
 
@@ -33,14 +33,15 @@ class StagedBlob:
     """Set when the PUT failed: every group's result, with the error."""
 
 
-def build_staged(groups: Sequence[SharedAppendGroup], wal_uri: str, created_at_ms: int
-                 ) -> tuple[bytes, tuple[PendingAppend, ...]]:
-    """The shared blob of ``groups`` and each group's pending-append template."""
+def build_staged(groups: Sequence[SharedAppendGroup], wal_uri: str, created_at_ms: int, *,
+                 runtime: Runtime = REAL_RUNTIME) -> tuple[bytes, tuple[PendingAppend, ...]]:
+    """The shared blob of ``groups`` and each group's pending-append template
+    (``append_id`` from ``runtime.ids``)."""
     bodies = [(g.topic, g.partition, len(g.payloads), encode_batch(g.payloads)) for g in groups]
     blob, parts = encode_shared_blob(bodies, created_at_ms)
     templates = tuple(
         PendingAppend(
-            append_id=str(uuid.uuid4()), start_offset=0, end_offset=0, msg_count=len(g.payloads),
+            append_id=str(runtime.ids.uuid4()), start_offset=0, end_offset=0, msg_count=len(g.payloads),
             entry_type=ENTRY_WAL, data_key=wal_uri, encoding=BATCH_ENCODING,
             byte_offset=part.body_offset, byte_length=part.body_length, created_at_ms=created_at_ms,
         )

@@ -32,8 +32,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
-import uuid
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from enum import Enum
@@ -61,7 +59,9 @@ from .._protocol.records import (
     PendingAppend,
 )
 from .._protocol.structs import AppendResult, SharedAppendGroup, validate_groups
+from .._protocol.constants import REFERENCE_DEADLINE_MS
 from .._retry import Backoff
+from .._runtime import REAL_RUNTIME, Runtime
 from .._storage.metastore import EXPECT_ABSENT, MetadataStore
 from .._storage.objectstore import ObjectStore
 from .._storage.stores import Closeable, Stores, use_stores
@@ -74,10 +74,6 @@ from .staging import StagedBlob, build_staged
 __all__ = ["LeaderlessLogWriter", "StagedBlob"]
 
 log = logging.getLogger(__name__)
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class _Landed(Enum):
@@ -104,7 +100,8 @@ class LeaderlessLogWriter(Closeable):
         object_store: ObjectStore | None = None,
         stores: Stores | None = None,
         commit_parallelism: int = 64,
-        max_reference_age_ms: int = 60_000,
+        max_reference_age_ms: int = REFERENCE_DEADLINE_MS,
+        runtime: Runtime = REAL_RUNTIME,
     ) -> None:
         if commit_parallelism < 1:
             raise InvalidRequest("commit_parallelism must be >= 1")
@@ -113,6 +110,8 @@ class LeaderlessLogWriter(Closeable):
         self.metrics = metrics or LlogMetrics()
         self.max_reference_age_ms = max_reference_age_ms
         """SPEC 7.0 ``D``: a blob older than this is never referenced (vacuum may take it)."""
+        self.runtime = runtime
+        """The clock, ids and jitter (``server._runtime``)."""
         self._stores = use_stores(self, stores, oxia_config, s3_config, self.metrics, metadata_store, object_store)
         self._meta, self._objects = self._stores.meta, self._stores.objects
         self._pool = ThreadPoolExecutor(commit_parallelism, thread_name_prefix="llog-commit")
@@ -175,7 +174,7 @@ class LeaderlessLogWriter(Closeable):
         Returns True if there was one. Used by fencing and the compactor.
         """
         keys = self.layout.partition(topic, partition)
-        backoff = Backoff()
+        backoff = Backoff(runtime=self.runtime)
         while True:
             control, version = self._read_control(keys)
             if control.pending is None:
@@ -193,7 +192,7 @@ class LeaderlessLogWriter(Closeable):
                 backoff = self._backoff_or_raise(backoff, keys, "recover pending")
 
     def _set_state(self, keys: PartitionKeys, state: str) -> ControlRecord:
-        backoff = Backoff()
+        backoff = Backoff(runtime=self.runtime)
         while True:
             control, version = self._read_control(keys)
             if control.pending is not None:
@@ -239,9 +238,9 @@ class LeaderlessLogWriter(Closeable):
             raise InvalidRequest("writer is closed")
         groups = validate_groups(groups, "append_shared")
 
-        created_at_ms = _now_ms()
-        object_key = self.layout.shared_wal_object(str(uuid.uuid4()))
-        blob, templates = build_staged(groups, f"s3://{self.bucket}/{object_key}", created_at_ms)
+        created_at_ms = self.runtime.clock.now_ms()
+        object_key = self.layout.shared_wal_object(str(self.runtime.ids.uuid4()))
+        blob, templates = build_staged(groups, f"s3://{self.bucket}/{object_key}", created_at_ms, runtime=self.runtime)
         try:
             self._objects.put(self.bucket, object_key, blob)
         except LlogError as exc:
@@ -306,7 +305,7 @@ class LeaderlessLogWriter(Closeable):
         its records are durable and readable through ``pending``.
         """
         tp = keys.tp
-        backoff = Backoff()
+        backoff = Backoff(runtime=self.runtime)
         state = self._cached(tp)
         while True:
             if state is None:
@@ -316,7 +315,7 @@ class LeaderlessLogWriter(Closeable):
                 if not self._own.is_materialized(tp, control.pending):
                     recovery.materialize_pending(self._meta, keys, control.pending)
                 control = control.with_pending(None)
-            if _now_ms() - template.created_at_ms > self.max_reference_age_ms:
+            if self.runtime.clock.now_ms() - template.created_at_ms > self.max_reference_age_ms:
                 raise ConcurrencyConflict(
                     f"append did not commit within {self.max_reference_age_ms} ms of writing its blob; "
                     "gave up so vacuum may reclaim the blob (retry the append)",

@@ -6,8 +6,9 @@ over the in-memory stores, one store call at a time, in an order and with
 faults drawn from one seed; invariants are checked after every step, and a
 failing seed replays exactly. Modules, one job each:
 
-- ``_clock``: simulated time and uuids;
-- ``_patches``: swaps them (and inline thread pools) into the protocol modules;
+- ``_clock``: simulated time, uuids and jitter: the run's ``Runtime``, which
+  every protocol object is built with (nothing is patched);
+- ``_pools``: thread pools that run each task in the actor's own thread;
 - ``_faults``: which fault strikes at a step;
 - ``_scheduler``: the baton between actor threads, the trace;
 - ``_stores``: store wrappers that make each call a scheduling point;

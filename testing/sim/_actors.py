@@ -24,6 +24,7 @@ from server._errors import (
     ObjectStoreError,
     PartitionNotInitialized,
 )
+from server._protocol.constants import REFERENCE_DEADLINE_MS
 from server._protocol.structs import SharedAppendGroup
 
 from ._clock import SimClock
@@ -33,6 +34,8 @@ from ._scheduler import Scheduler, SimCrash
 __all__ = ["World", "writer", "compactor", "fencer", "vacuum", "reader"]
 
 TP = tuple[str, int]
+JUMP_MARGIN_MS = 5_000
+"""Room a time jump leaves below ``G - D`` for the steps of the operation."""
 
 
 @dataclass
@@ -78,7 +81,7 @@ class World:
         if not refs:
             return float("inf")
         oldest = min(refs.values())
-        return max(0.0, self.grace_ms - 60_000 - 5_000 - (self.clock.elapsed_ms - oldest))
+        return max(0.0, self.grace_ms - REFERENCE_DEADLINE_MS - JUMP_MARGIN_MS - (self.clock.elapsed_ms - oldest))
 
 
 def _expected(exc: LlogError, *allowed: type[LlogError]) -> bool:

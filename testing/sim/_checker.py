@@ -32,7 +32,7 @@ from server.leaderless_log_reader import LeaderlessLogReader
 
 from ._history import FAILED, History
 from ._invariants import LogView, Snapshotter, check_log, describe
-from ._patches import inline_pools
+from ._pools import inline_pools
 
 __all__ = ["Checker", "Violation"]
 

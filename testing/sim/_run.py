@@ -2,10 +2,11 @@
 
 ``run_seed(seed)`` draws the run's shape (logs, writers, compactors, a
 fencer, a vacuum, readers) from the seed, starts every actor in its own
-thread under the :class:`Scheduler`, checks after every step, checks
-everything once more at the end, and returns a :class:`RunResult`. Any
-violation raises :class:`SimFailure` carrying the last steps of the trace
-and the command that replays the run exactly.
+thread under the :class:`Scheduler` (every protocol object it builds gets
+the run's :class:`~server._runtime.Runtime`, ``_clock.sim_runtime``), checks
+after every step, checks everything once more at the end, and returns a
+:class:`RunResult`. Any violation raises :class:`SimFailure` carrying the
+last steps of the trace and the command that replays the run exactly.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from server._config import OxiaConfig, S3Config
+from server._protocol.constants import VACUUM_GRACE_MS
 from server.leaderless_log_compactor import LeaderlessLogCompactor
 from server.leaderless_log_reader import LeaderlessLogReader
 from server.leaderless_log_vacuum import Vacuum
@@ -23,10 +25,10 @@ from server.leaderless_log_writer import LeaderlessLogWriter
 
 from . import _actors
 from ._checker import Checker, Violation
-from ._clock import SimClock, SimTimeModule, SimUuidModule
+from ._clock import SimClock, sim_runtime
 from ._faults import FaultPlan, FaultRates
 from ._history import ACKED, FAILED, UNKNOWN, History
-from ._patches import determinism, inline_pools
+from ._pools import inline_pools
 from ._scheduler import Scheduler, StepLimit
 from ._stores import ClockedObjectStore, IndexedMetadataStore, SimMetadataStore, SimObjectStore
 
@@ -34,7 +36,7 @@ __all__ = ["SimConfig", "RunResult", "SimFailure", "run_seed"]
 
 OXIA = OxiaConfig("sim:1", root_prefix="llog")
 S3 = S3Config("llog")
-GRACE_MS = 3_600_000
+GRACE_MS = VACUUM_GRACE_MS
 
 
 @dataclass(frozen=True)
@@ -118,7 +120,7 @@ def run_seed(seed: int, config: SimConfig | None = None) -> RunResult:
     clock = SimClock()
     faults = FaultPlan(random.Random(f"{seed}:faults"), config.faults)
     sched = Scheduler(random.Random(f"{seed}:sched"), clock, faults, trace_len=config.trace_len)
-    time_module = SimTimeModule(clock, sched.sleep)
+    runtime = sim_runtime(seed, clock, sched.sleep)
     history = History()
     meta = IndexedMetadataStore()
     objects = ClockedObjectStore(clock)
@@ -126,14 +128,14 @@ def run_seed(seed: int, config: SimConfig | None = None) -> RunResult:
                       scan_every=config.scan_every)
     sim_meta = SimMetadataStore(meta, sched, checker.note_meta_write)
     sim_objects = SimObjectStore(objects, sched, checker.note_object_write)
-    stores = {"metadata_store": sim_meta, "object_store": sim_objects}
+    parts = {"metadata_store": sim_meta, "object_store": sim_objects, "runtime": runtime}
 
     world = _actors.World(
         sched=sched, clock=clock, history=history, tps=tps,
-        new_writer=lambda: inline_pools(LeaderlessLogWriter(OXIA, S3, commit_parallelism=1, **stores)),
-        new_compactor=lambda: inline_pools(LeaderlessLogCompactor(OXIA, S3, **stores)),
-        new_reader=lambda: inline_pools(LeaderlessLogReader(OXIA, S3, **stores)),
-        new_vacuum=lambda: Vacuum(OXIA, S3, grace_ms=GRACE_MS, now_ms=clock.now_ms, **stores),
+        new_writer=lambda: inline_pools(LeaderlessLogWriter(OXIA, S3, commit_parallelism=1, **parts)),
+        new_compactor=lambda: inline_pools(LeaderlessLogCompactor(OXIA, S3, **parts)),
+        new_reader=lambda: inline_pools(LeaderlessLogReader(OXIA, S3, **parts)),
+        new_vacuum=lambda: Vacuum(OXIA, S3, grace_ms=GRACE_MS, **parts),
         grace_ms=GRACE_MS,
     )
     sched.max_jump_ms = world.max_jump_ms
@@ -157,30 +159,29 @@ def run_seed(seed: int, config: SimConfig | None = None) -> RunResult:
     def trace() -> list[str]:
         return [_short(s.line()) for s in sched.trace]
 
-    with determinism(time_module, SimUuidModule(random.Random(f"{seed}:uuid")), random.Random(f"{seed}:jitter")):
-        for name, kind, body, args in actors:
-            rng = random.Random(f"{seed}:{name}")
-            sched.spawn(name, kind, lambda body=body, name=name, rng=rng, args=args: body(world, name, rng, *args))
+    for name, kind, body, args in actors:
+        rng = random.Random(f"{seed}:{name}")
+        sched.spawn(name, kind, lambda body=body, name=name, rng=rng, args=args: body(world, name, rng, *args))
 
-        def after_step(step) -> None:
-            crashed = sched.failed_actor()
-            if crashed is not None:
-                raise Violation(f"actor {crashed.name} died of an unexpected "
-                                f"{type(crashed.error).__name__}: {crashed.error}")
-            checker.after_step()
+    def after_step(step) -> None:
+        crashed = sched.failed_actor()
+        if crashed is not None:
+            raise Violation(f"actor {crashed.name} died of an unexpected "
+                            f"{type(crashed.error).__name__}: {crashed.error}")
+        checker.after_step()
 
-        try:
-            sched.run(config.max_steps, after_step, config.stop_after)
-            checker.final()
-        except (Violation, StepLimit) as exc:
-            raise SimFailure(seed, f"{type(exc).__name__}: {exc}", trace(), shape, sched.order_hash,
-                             [_short(line) for line in sched.whereabouts()]) from None
-        except Exception as exc:  # a bug in the simulator (or the library) surfacing in the checker
-            reason = "".join(traceback.format_exception(exc)[-6:]).rstrip()
-            raise SimFailure(seed, f"unexpected {type(exc).__name__} in the checker:\n{reason}", trace(), shape,
-                             sched.order_hash, [_short(line) for line in sched.whereabouts()]) from exc
-        finally:
-            sched.stop_all()
+    try:
+        sched.run(config.max_steps, after_step, config.stop_after)
+        checker.final()
+    except (Violation, StepLimit) as exc:
+        raise SimFailure(seed, f"{type(exc).__name__}: {exc}", trace(), shape, sched.order_hash,
+                         [_short(line) for line in sched.whereabouts()]) from None
+    except Exception as exc:  # a bug in the simulator (or the library) surfacing in the checker
+        reason = "".join(traceback.format_exception(exc)[-6:]).rstrip()
+        raise SimFailure(seed, f"unexpected {type(exc).__name__} in the checker:\n{reason}", trace(), shape,
+                         sched.order_hash, [_short(line) for line in sched.whereabouts()]) from exc
+    finally:
+        sched.stop_all()
 
     status = Counter(a.status for a in history.attempts)
     return RunResult(
