@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from .._errors import ConfigError, InvalidRequest
+from .._protocol.constants import VACUUM_GRACE_MS
 from .._protocol.keys import TopicPartition
 from .._settings import check_settings, from_env, nested, same_as, setting
 
@@ -54,7 +55,7 @@ class CompactionLimits:
         return from_env(cls, env)
 
 
-DEFAULT_VACUUM_GRACE_MS = 3_600_000
+DEFAULT_VACUUM_GRACE_MS = VACUUM_GRACE_MS
 """SPEC 7.0 ``G``: one hour, well over twice the 60 s reference deadline ``D``."""
 DEFAULT_VACUUM_INTERVAL_MS = 600_000
 
