@@ -3,5 +3,6 @@
 ``codec`` (batch and shared-blob layouts), ``keys`` (Oxia/S3 key layout and
 name validation), ``records`` (the JSON values in Oxia), ``structs`` (the
 values callers pass and get back), ``http_error`` (the JSON error body of
-both HTTP services). Imports only the foundations (``server._errors``).
+both HTTP services), ``outcomes`` (what each error answer means: status,
+retriable, definite or unknown). Imports only the foundations (``server._errors``).
 """
