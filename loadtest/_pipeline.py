@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Mapping
 
 from devstack import ManagedProcess, free_ports
+from server._protocol.outcomes import is_retriable
 
 MASK64 = (1 << 64) - 1
 
@@ -150,7 +151,10 @@ def consume_all(
 ) -> tuple[Tally, dict[int, int]]:
     """Read every partition from offset 1 through ``targets[p]`` (its high
     watermark, taken from Oxia: a broker's own figure may lag) with POST
-    /consume long-polls; return the tally and the records per partition."""
+    /consume long-polls; return the tally and the records per partition. A
+    partition answered with a retriable error (the outcome table's, or the
+    answer's own ``retriable``) is asked again on the next round; any other
+    error fails the step."""
     import base64
 
     tally = Tally()
@@ -170,9 +174,13 @@ def consume_all(
             "max_bytes": 16 << 20,
         }
         resp = http_json(f"{broker_url}/consume", req)
+        transient = False
         for res in resp["results"]:
             p = res["partition"]
             if not res.get("ok", True):
+                if is_retriable(res.get("error_type"), res.get("retriable")):
+                    transient = True
+                    continue
                 raise StepFailed(f"consume {topic}:{p} failed: {res.get('error_type')}: {res.get('error')}")
             for rec in res.get("records", []):
                 if rec["offset"] != cursors[p]:
@@ -184,6 +192,8 @@ def consume_all(
                 cursors[p] += 1
             if res["next_fetch_offset"] != cursors[p]:
                 raise StepFailed(f"consume {topic}:{p}: next_fetch_offset {res['next_fetch_offset']} != {cursors[p]}")
+        if transient:
+            time.sleep(0.5)  # Oxia or S3 failed for a moment: pace the next round
     return tally, per_partition
 
 

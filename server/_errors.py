@@ -46,6 +46,10 @@ purpose is one of these (private control-flow signals included).
 No Oxia, grpc or botocore exception crosses the storage boundary: the adapters
 in ``_storage/metastore.py`` and ``_storage/objectstore.py`` translate them
 with ``raise ... from``.
+
+What an error means in an HTTP answer (its ``error_type``, status, whether a
+retry can help, whether its write is definitely not done or of unknown
+outcome) is one table, ``_protocol/outcomes.py``.
 """
 
 from __future__ import annotations

@@ -29,6 +29,7 @@ from typing import Any, Mapping, Sequence
 
 from ._metrics import CONTENT_TYPE
 from ._protocol.http_error import error_body
+from ._protocol.outcomes import HTTP_PROTOCOL_ERROR, Outcome
 
 __all__ = ["JSON", "PROMETHEUS", "Response", "error_response", "dumps", "JSONRequestHandler"]
 
@@ -75,12 +76,15 @@ class Response:
         return self.chunks[0] if len(self.chunks) == 1 and isinstance(self.chunks[0], bytes) else b"".join(self.chunks)
 
 
-def error_response(status: int, message: str, error_type: str, field: str | None = None, **kw: Any) -> Response:
-    """A JSON error answer; ``headers`` and ``close`` go to the Response, any
-    other keyword into the body (``role``, ``retriable``, ``paths``)."""
+def error_response(outcome: Outcome, message: str, field: str | None = None, **kw: Any) -> Response:
+    """A JSON error answer with the status and ``error_type`` of ``outcome`` (a
+    row of ``_protocol/outcomes.py``); ``headers`` and ``close`` go to the
+    Response, any other keyword into the body (``role``, ``retriable``, ``paths``)."""
+    if outcome.status is None:
+        raise ValueError(f"{outcome.error_type} has no status of its own")
     headers = kw.pop("headers", ())
     close = kw.pop("close", False)
-    return Response(status, error_body(message, error_type, field, **kw), headers=headers, close=close)
+    return Response(outcome.status, error_body(message, outcome.error_type, field, **kw), headers=headers, close=close)
 
 
 class JSONRequestHandler(BaseHTTPRequestHandler):
@@ -123,7 +127,7 @@ class JSONRequestHandler(BaseHTTPRequestHandler):
             # status line and headers anyway (0.9 would send the body alone).
             self.request_version = "HTTP/1.0"
         self.count_protocol_error(code)
-        self.send_answer(Response(code, error_body(message or phrase, "HttpProtocolError"), close=True))
+        self.send_answer(Response(code, error_body(message or phrase, HTTP_PROTOCOL_ERROR.error_type), close=True))
 
     def count_protocol_error(self, code: int) -> None:
         """Hook: a request the standard library refused (``send_error``); for metrics."""

@@ -31,6 +31,14 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
+from server._protocol.outcomes import (
+    CONNECTION_LOST,
+    CONNECTION_REFUSED,
+    PROTOCOL_ERROR,
+    Kind,
+    answer_outcome,
+    item_outcome,
+)
 from testing._chaos_checker import FAILED, OK, UNKNOWN, ProducedBatch, ReadPass
 from testing._chaos_cluster import ChaosCluster
 
@@ -61,33 +69,39 @@ RETRIES = 5
 def classify_produce_reply(
     status: int | None, doc: Any, groups: Sequence[tuple[str, int, Sequence[bytes]]], detail: str = ""
 ) -> list[tuple[str, int | None, str]]:
-    """(outcome, start_offset, detail) per group of one produce request.
+    """(outcome, start_offset, detail) per group of one produce request, as the
+    outcome table (``server/_protocol/outcomes.py``) reads the answer: success
+    OK, definite FAILED, unknown UNKNOWN.
 
-    ``status`` None: no connection could be made, nothing was sent (failed).
-    ``status`` 0: the request may have been sent but no answer came (unknown).
+    ``status`` None: no connection could be made, nothing was sent (``ConnectionRefused``).
+    ``status`` 0: the request may have been sent but no answer came (``ConnectionLost``).
     """
     n = len(groups)
     if status is None:
-        return [(FAILED, None, f"no connection: {detail}")] * n
+        return [(_CHECKED[CONNECTION_REFUSED.kind], None, f"no connection: {detail}")] * n
     if status == 0:
-        return [(UNKNOWN, None, f"no answer: {detail}")] * n
+        return [(_CHECKED[CONNECTION_LOST.kind], None, f"no answer: {detail}")] * n
     results = doc.get("results") if isinstance(doc, dict) else None
-    if status in (200, 409, 503) and isinstance(results, list) and len(results) == n:
-        out: list[tuple[str, int | None, str]] = []
-        for res in results:
-            if res.get("ok") is True and isinstance(res.get("start_offset"), int):
-                out.append((OK, res["start_offset"], f"HTTP {status}"))
-            elif res.get("ok") is False and res.get("error_type") not in (None, "OutcomeUnknown"):
-                out.append((FAILED, None, f"HTTP {status} {res['error_type']}: {_oneline(res.get('error'))}"))
-            else:
-                out.append((UNKNOWN, None, f"HTTP {status} {res.get('error_type')}: {_oneline(res.get('error'))}"))
-        return out
     error_type = doc.get("error_type") if isinstance(doc, dict) else None
-    if status == 503 or 400 <= status < 500:
-        # Refused before anything was written: shutting down, bad request, role.
-        return [(FAILED, None, f"HTTP {status} {error_type}")] * n
-    # 504 (no flush outcome in time), 500 (a bug, anywhere), anything else.
-    return [(UNKNOWN, None, f"HTTP {status} {error_type}")] * n
+    answer = answer_outcome(status, error_type)
+    if not answer.per_item:
+        return [(_CHECKED[answer.kind], None, f"HTTP {status} {error_type}")] * n
+    if not isinstance(results, list) or len(results) != n:
+        what = f"HTTP {status} {error_type}: {detail or 'not one result per batch'}"
+        return [(_CHECKED[PROTOCOL_ERROR.kind], None, what)] * n
+    out: list[tuple[str, int | None, str]] = []
+    for res in results:
+        item = item_outcome(res)
+        if item.kind is Kind.SUCCESS:
+            out.append((OK, res["start_offset"], f"HTTP {status}"))
+        else:
+            what = f"{res.get('error_type')}: {_oneline(res.get('error'))}" if isinstance(res, dict) else repr(res)
+            out.append((_CHECKED[item.kind], None, f"HTTP {status} {what}"))
+    return out
+
+
+_CHECKED = {Kind.SUCCESS: OK, Kind.DEFINITE: FAILED, Kind.UNKNOWN: UNKNOWN}
+"""The checker's outcome of each kind of the outcome table."""
 
 
 def _oneline(text: object, limit: int = 160) -> str:

@@ -60,6 +60,16 @@ from .._protocol.http_json import (
     parse_consume,
     parse_json_body,
 )
+from .._protocol.outcomes import (
+    APPEND_FAILED,
+    BACK_PRESSURE_REJECTED,
+    INVALID_REQUEST,
+    OUTCOME_UNKNOWN,
+    PRODUCER_CLOSED,
+    REQUEST_TOO_LARGE,
+    ROLE_NOT_SERVED,
+    outcome_of_error,
+)
 from .._protocol.produce_binary import parse_produce_body
 from .config import BrokerConfig
 from .consume import BrokerConsumeService
@@ -78,9 +88,10 @@ _INDEX = re.compile(r"\[\d+\]")
 
 def _answers_errors(route: _Route) -> _Route:
     """A route method answers every error it expects with a Response: 400 a
-    malformed request (naming the field), 413 one over a limit, 503 or 500 a
-    log error (by whether a retry can help). Only a bug escapes (the HTTP
-    handler answers it 500)."""
+    malformed request (naming the field), 413 one over a limit, a log error as
+    its row of ``_protocol/outcomes.py`` says (503 or 500 by whether a retry can
+    help when the row has no status). Only a bug escapes (the HTTP handler
+    answers it 500)."""
 
     @functools.wraps(route)
     def answer(self: Broker, body: bytes, *args: Any) -> Response:
@@ -88,18 +99,16 @@ def _answers_errors(route: _Route) -> _Route:
             return route(self, body, *args)
         except TooLarge as exc:
             self.metrics.inc("http_validation_failures_total", path=f"/{route.__name__}", field=_field_label(exc.field))
-            return error_response(413, exc.message, "RequestTooLarge", exc.field)
+            return error_response(REQUEST_TOO_LARGE, exc.message, exc.field)
         except InvalidField as exc:
             self.metrics.inc("http_validation_failures_total", path=f"/{route.__name__}", field=_field_label(exc.field))
-            return error_response(400, exc.message, "InvalidRequest", exc.field)
+            return error_response(INVALID_REQUEST, exc.message, exc.field)
         except InvalidRequest as exc:
             self.metrics.inc("http_validation_failures_total", path=f"/{route.__name__}", field="body")
-            return error_response(400, str(exc), "InvalidRequest")
+            return error_response(INVALID_REQUEST, str(exc))
         except LlogError as exc:
             log.warning("%s failed: %s", route.__name__, exc)
-            return error_response(
-                503 if exc.retriable else 500, str(exc), type(exc).__name__, retriable=exc.retriable
-            )
+            return error_response(outcome_of_error(exc), str(exc), retriable=exc.retriable)
 
     return answer
 
@@ -346,7 +355,7 @@ class Broker:
         except BaseException as exc:
             self._writes_end(groups)
             if isinstance(exc, ProducerClosed):
-                return error_response(503, "the broker is shutting down", "ProducerClosed", headers=[("Retry-After", "1")])
+                return error_response(PRODUCER_CLOSED, "the broker is shutting down", headers=[("Retry-After", "1")])
             raise
         else:
             future.add_done_callback(lambda f: self._fill_cache(groups, f))
@@ -355,11 +364,10 @@ class Broker:
             except FutureTimeout:
                 self.metrics.inc("produce_timeouts_total")
                 return error_response(
-                    504,
+                    OUTCOME_UNKNOWN,
                     f"no flush outcome within {self.config.produce_timeout_ms} ms; the records may or "
                     "may not be committed (LLOG_BROKER_PRODUCE_TIMEOUT_MS)",
-                    "OutcomeUnknown",
-                    retriable=True,
+                    retriable=OUTCOME_UNKNOWN.retriable,
                 )
         log.debug(
             "produce %s answered in %.1f ms: %d of %d batches committed", request_id,
@@ -421,13 +429,12 @@ class Broker:
             status = 200
             self.metrics.observe("produce_request_seconds", time.monotonic() - started)
         else:
+            outcome = APPEND_FAILED
             if len(failed) == len(results) and all(isinstance(r.error, BackPressureRejected) for r in failed):
-                status = 503
-                body["error_type"] = "BackPressureRejected"
+                outcome = BACK_PRESSURE_REJECTED
                 headers.append(("Retry-After", "1"))
-            else:
-                status = 409
-                body["error_type"] = "AppendFailed"
+            status = outcome.status
+            body["error_type"] = outcome.error_type
             first = failed[0]
             body["error"] = (
                 f"{len(failed)} of {len(results)} batches failed; first "
@@ -465,10 +472,9 @@ class Broker:
 
     def _role_refused(self, what: str, needed: str) -> Response:
         return error_response(
-            403,
+            ROLE_NOT_SERVED,
             f"this broker runs role {self.config.role!r} and does not serve {what}; "
             f"send it to a broker with role {needed!r} or 'both'",
-            "RoleNotServed",
             role=self.config.role,
         )
 

@@ -22,6 +22,15 @@ from urllib.parse import urlsplit
 
 from .._errors import LlogError
 from .._http_server import JSON, PROMETHEUS, JSONRequestHandler, Response, error_response
+from .._protocol.outcomes import (
+    INTERNAL_ERROR,
+    INVALID_REQUEST,
+    LENGTH_REQUIRED,
+    METHOD_NOT_ALLOWED,
+    NOT_FOUND,
+    REQUEST_TOO_LARGE,
+    SHUTTING_DOWN,
+)
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -79,16 +88,15 @@ class _Handler(JSONRequestHandler):
     def _route(self, broker: Broker, path: str, method: str) -> Response:
         route = ROUTES.get(path)
         if route is None:
-            return self._refuse(error_response(404, f"no such path: {path}", "NotFound"))
+            return self._refuse(error_response(NOT_FOUND, f"no such path: {path}"))
         name = route.get(method)
         if name is None:
             allow = ", ".join(route)
             return self._refuse(error_response(
-                405, f"{method} is not allowed on {path}; use {allow}", "MethodNotAllowed",
-                headers=[("Allow", allow)],
+                METHOD_NOT_ALLOWED, f"{method} is not allowed on {path}; use {allow}", headers=[("Allow", allow)],
             ))
         if broker.draining:
-            return self._refuse(error_response(503, "the broker is shutting down", "ShuttingDown", close=True))
+            return self._refuse(error_response(SHUTTING_DOWN, "the broker is shutting down", close=True))
         try:
             body = self._read_body() if method == "POST" else b""
             if name == "produce":  # two body formats, by Content-Type
@@ -100,7 +108,7 @@ class _Handler(JSONRequestHandler):
             return refused.response
         except Exception as exc:  # a bug: answer, log, keep serving
             log.exception("%s %s failed", method, path)
-            return error_response(500, f"internal error: {exc!r}", "InternalError")
+            return error_response(INTERNAL_ERROR, f"internal error: {exc!r}")
 
     def _refuse(self, resp: Response) -> Response:
         """An answer given without using the body: drop the body, or close the
@@ -131,28 +139,28 @@ class _Handler(JSONRequestHandler):
         limit = self.server.broker.config.max_request_bytes
         if self.headers.get("Transfer-Encoding"):
             raise _BodyRefused(error_response(
-                411, "Transfer-Encoding is not supported: send the body with a Content-Length",
-                "LengthRequired", "Content-Length", close=True,
+                LENGTH_REQUIRED, "Transfer-Encoding is not supported: send the body with a Content-Length",
+                "Content-Length", close=True,
             ))
         values = self.headers.get_all("Content-Length") or []
         if not values:
             raise _BodyRefused(
-                error_response(411, "Content-Length is required", "LengthRequired", "Content-Length", close=True)
+                error_response(LENGTH_REQUIRED, "Content-Length is required", "Content-Length", close=True)
             )
         length = self._content_length()
         if length is None:
             raise _BodyRefused(error_response(
-                400, f"invalid Content-Length {', '.join(values)!r}", "InvalidRequest", "Content-Length", close=True,
+                INVALID_REQUEST, f"invalid Content-Length {', '.join(values)!r}", "Content-Length", close=True,
             ))
         if length > limit:
             self.server.broker.metrics.inc("http_requests_too_large_total")
             raise _BodyRefused(error_response(
-                413, f"request body of {length} bytes exceeds the limit of {limit} bytes "
-                "(LLOG_BROKER_MAX_REQUEST_BYTES)", "RequestTooLarge", "Content-Length", close=True,
+                REQUEST_TOO_LARGE, f"request body of {length} bytes exceeds the limit of {limit} bytes "
+                "(LLOG_BROKER_MAX_REQUEST_BYTES)", "Content-Length", close=True,
             ))
         body = self.rfile.read(length)
         if len(body) != length:
-            raise _BodyRefused(error_response(400, "request body ended early", "InvalidRequest", close=True))
+            raise _BodyRefused(error_response(INVALID_REQUEST, "request body ended early", close=True))
         return body
 
 

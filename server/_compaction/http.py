@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from .._http_server import PROMETHEUS, JSONRequestHandler, Response, error_response
+from .._protocol.outcomes import INTERNAL_ERROR, NOT_FOUND
 
 if TYPE_CHECKING:
     from .service import CompactorService
@@ -73,7 +74,7 @@ class _Handler(JSONRequestHandler):
                 return Response(200, self.service.metrics_json())
             if path == "/metrics/prometheus":
                 return Response(200, self.service.metrics_prometheus(), PROMETHEUS)
-            return error_response(404, f"no such path {path!r}", "NotFound", paths=list(_PATHS))
+            return error_response(NOT_FOUND, f"no such path {path!r}", paths=list(_PATHS))
         except Exception as exc:  # noqa: BLE001 - answer rather than drop the connection
             log.exception("HTTP %s failed", path)
-            return error_response(500, str(exc), "InternalError")
+            return error_response(INTERNAL_ERROR, str(exc))

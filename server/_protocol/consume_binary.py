@@ -53,7 +53,8 @@ from typing import Any, Sequence
 
 from .._errors import LlogError
 from .codec import BatchBounds, batch_header
-from .http_json import LOG_START_OFFSET, MAX_INT32, ConsumedPartition, error_code
+from .http_json import LOG_START_OFFSET, MAX_INT32, ConsumedPartition
+from .outcomes import error_code, error_type_of
 from .frame import Frame
 
 __all__ = [
@@ -162,7 +163,7 @@ def _error_json(part: ConsumedPartition) -> bytes:
         return b""
     doc = {
         "error_code": error_code(part.error),
-        "error_type": type(part.error).__name__,
+        "error_type": error_type_of(part.error),
         "error": str(part.error),
         "retriable": bool(part.error.retriable),
     }

@@ -22,16 +22,9 @@ import json
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from .._errors import (
-    CorruptBatch,
-    InconsistentReadState,
-    InvalidRequest,
-    LlogError,
-    OffsetOutOfRange,
-    PartitionNotInitialized,
-    StorageError,
-)
+from .._errors import InvalidRequest, LlogError
 from .keys import validate_topic
+from .outcomes import error_code, error_type_of
 from .structs import AppendResult, SharedAppendGroup
 from .record_spans import RecordSpan
 
@@ -270,7 +263,7 @@ def append_result_json(res: AppendResult) -> dict[str, Any]:
         "partition": res.partition,
         "ok": False,
         "count": res.count,
-        "error_type": type(res.error).__name__,
+        "error_type": error_type_of(res.error),
         "error": str(res.error),
         "retriable": bool(res.error.retriable),
     }
@@ -356,24 +349,6 @@ class ConsumedPartition:
 
 LOG_START_OFFSET = 1
 
-# Stable per-partition error codes (Kafka's names where one fits), most
-# specific class first.
-_ERROR_CODES: tuple[tuple[type[LlogError], str], ...] = (
-    (OffsetOutOfRange, "OFFSET_OUT_OF_RANGE"),
-    (PartitionNotInitialized, "UNKNOWN_TOPIC_OR_PARTITION"),
-    (CorruptBatch, "CORRUPT_MESSAGE"),
-    (InconsistentReadState, "INCONSISTENT_READ_STATE"),
-    (StorageError, "STORAGE_ERROR"),
-    (InvalidRequest, "INVALID_REQUEST"),
-)
-
-
-def error_code(exc: LlogError) -> str:
-    for cls, code in _ERROR_CODES:
-        if isinstance(exc, cls):
-            return code
-    return "UNKNOWN_SERVER_ERROR"
-
 
 def consumed_partition_json(part: ConsumedPartition) -> dict[str, Any]:
     """One ``results[]`` item of the consume response."""
@@ -388,7 +363,7 @@ def consumed_partition_json(part: ConsumedPartition) -> dict[str, Any]:
     }
     if part.error is not None:
         body["error_code"] = error_code(part.error)
-        body["error_type"] = type(part.error).__name__
+        body["error_type"] = error_type_of(part.error)
         body["error"] = str(part.error)
         body["retriable"] = bool(part.error.retriable)
     return body

@@ -23,7 +23,10 @@ partitions. A broker whose connection fails is marked down for
 rendezvous order. When every broker is down the preferred one is tried again.
 
 Retries (the budget is ``max_retries`` re-sends per batch, with capped,
-full-jitter exponential backoff from :class:`server._retry.Backoff`):
+full-jitter exponential backoff from :class:`server._retry.Backoff`). What an
+answer means (``retriable``, definite or unknown, the broker stopping) is
+the outcome table, ``server/_protocol/outcomes.py`` (its rows are listed in
+``server/HTTP_API.md``); the client acts on it:
 
 ===========================  ===============================================
 answer                       what happens
@@ -33,18 +36,22 @@ answer                       what happens
                              whose ``retriable`` is true are re-sent, any
                              other failure fails the task at once
 503 ``BackPressureRejected`` nothing was written: the whole request again
-503 other, 504, connection   retried (503 ``ShuttingDown`` and connection
-failure                      failures also mark the broker down)
-400, 403, 404, 413, 500 ...  not retriable: the task fails at once
+retriable (503, 504,         the whole request again; an answer whose row is
+connection failure)          ``stopping`` (503 ``ShuttingDown``,
+                             ``ProducerClosed``) or a connection failure
+                             also marks the broker down
+not retriable (400, 403,     the task fails at once
+404, 413, 500 ...)
 ===========================  ===============================================
 
 Delivery is **at least once**. A definite failure (503 back-pressure, or a
 409 batch with any ``error_type`` but ``OutcomeUnknown``) wrote nothing, so
 its retry cannot duplicate. An unknown outcome (a batch answered
-``OutcomeUnknown``, a 504, a connection lost after the request went out) may
-have committed: the rule is to send it again, so no record is lost and the
-batch may appear twice. Such batches are counted apart (``unknown_batches``,
-``unknown_records``: the bound on duplicates when no Spark task failed).
+``OutcomeUnknown``, a 504, a connection lost after the request went out:
+the table's ``unknown`` kind) may have committed: the rule is to send it
+again, so no record is lost and the batch may appear twice. Such batches are
+counted apart (``unknown_batches``, ``unknown_records``: the bound on
+duplicates when no Spark task failed).
 
 Per-partition order: a task never has two requests for the same partition in
 flight, and retries happen inside the request that owns the partition, so

@@ -1,5 +1,7 @@
 """One produce request set: ``POST /produce`` with retries and broker fallback
-(:class:`ProduceClient`; the retry table is in :mod:`server.client`)."""
+(:class:`ProduceClient`). What each answer means (retriable, definite or
+unknown, the broker stopping) comes from the outcome table,
+``server/_protocol/outcomes.py``; how the client acts on it is in :mod:`server.client`."""
 
 from __future__ import annotations
 
@@ -11,6 +13,16 @@ import threading
 import time
 from typing import Any, NamedTuple, Sequence
 
+from .._protocol.outcomes import (
+    CONNECTION_LOST,
+    CONNECTION_REFUSED,
+    PROTOCOL_ERROR,
+    Kind,
+    Outcome,
+    answer_outcome,
+    is_retriable,
+    item_outcome,
+)
 from .._retry import Backoff
 from ._broker_selection import BrokerUrl, rendezvous_order
 from ._produce_batches import CONTENT_TYPES, Batch, BatchAck, ProducerConfig, ProduceStats, encode_request
@@ -221,7 +233,8 @@ class ProduceClient:
             reply = self.post(broker, "/produce", body, CONTENT_TYPES[self.config.body])
         except _ConnectFailed as exc:
             self._mark_down(broker, str(exc))
-            f = _Failure(True, None, "ConnectionFailed", f"cannot reach {broker.url}: {exc}", unknown=exc.sent)
+            row = CONNECTION_LOST if exc.sent else CONNECTION_REFUSED
+            f = _Failure.of(row, None, None, f"cannot reach {broker.url}: {exc}")
             return [], [(b, f) for b in batches]
         return self._classify(broker, batches, reply)
 
@@ -232,35 +245,28 @@ class ProduceClient:
         error_type = body.get("error_type")
         error = str(body.get("error") or reply.text[:500] or f"HTTP {reply.status}")
         results = body.get("results")
-        if reply.status in (200, 409) or (reply.status == 503 and error_type == "BackPressureRejected"):
+        answer = answer_outcome(reply.status, error_type)
+        if answer.per_item:  # 200, AppendFailed, BackPressureRejected: one outcome per batch
             if not isinstance(results, list) or len(results) != len(batches):
-                f = _Failure(False, reply.status, "ProtocolError", f"answer does not map 1:1 to the request: {error}")
+                f = _Failure.of(PROTOCOL_ERROR, reply.status, None, f"answer does not map 1:1 to the request: {error}")
                 return [], [(b, f) for b in batches]
             acks, failed = [], []
             for b, res in zip(batches, results):
-                if res.get("ok"):
+                item = item_outcome(res)
+                if item.kind is Kind.SUCCESS:
                     acks.append(BatchAck(
                         b.topic, b.partition, int(res["start_offset"]), int(res["end_offset"]),
                         int(res.get("count", b.count)), b.payload_bytes, broker.url,
                     ))
                 else:
-                    kind = str(res.get("error_type") or error_type)
-                    failed.append((b, _Failure(
-                        bool(res.get("retriable", False)), reply.status, kind, str(res.get("error") or error),
-                        unknown=kind == OUTCOME_UNKNOWN,
-                    )))
+                    detail = res.get("error") if isinstance(res, dict) else None
+                    failed.append((b, _Failure.of(item, reply.status, res, str(detail or error))))
             return acks, failed
-        if reply.status == 503 and error_type in ("ShuttingDown", "ProducerClosed"):
+        if answer.stopping:
             self._mark_down(broker, error)
-        if reply.status in (502, 503, 504):
-            # A 504 (the broker's, or a proxy's) leaves the outcome unknown.
-            unknown = reply.status == 504 or error_type == OUTCOME_UNKNOWN
-            f = _Failure(True, reply.status, error_type or "Unavailable", error, unknown=unknown)
-        elif reply.status == 413:
-            f = _Failure(False, reply.status, error_type, f"{error} (lower max_request_bytes / max_request_records)")
-        else:
-            f = _Failure(False, reply.status, error_type, error)
-        return [], [(b, f) for b in batches]
+        if reply.status == 413:
+            error = f"{error} (lower max_request_bytes / max_request_records)"
+        return [], [(b, _Failure.of(answer, reply.status, body, error)) for b in batches]
 
 
 class _Failure(NamedTuple):
@@ -269,7 +275,13 @@ class _Failure(NamedTuple):
     error_type: str | None
     error: str
     unknown: bool = False
-    """The batch may be in the log already (OutcomeUnknown): a re-send may duplicate it."""
+    """The batch may be in the log already (an unknown outcome): a re-send may duplicate it."""
 
-
-OUTCOME_UNKNOWN = "OutcomeUnknown"
+    @classmethod
+    def of(cls, outcome: Outcome, status: int | None, answered: object, error: str) -> _Failure:
+        """A failure as ``outcome`` says; ``answered``: the answer (or ``results[]``
+        item) whose own ``retriable`` and ``error_type`` take precedence."""
+        doc = answered if isinstance(answered, dict) else {}
+        error_type = doc.get("error_type") or outcome.error_type or None
+        retriable = is_retriable(outcome, doc.get("retriable"))
+        return cls(retriable, status, error_type, error, unknown=outcome.kind is Kind.UNKNOWN)

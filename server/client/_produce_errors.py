@@ -17,7 +17,9 @@ class ProduceFailed(ProduceError):
 
     ``broker`` is the URL of the last broker tried, ``status`` its HTTP
     status (None for a connection failure), ``error_type``/``last_error`` the
-    last error it reported and ``attempts`` how many times the batch was sent.
+    last error it reported (``error_type`` names a row of the outcome table,
+    ``server/_protocol/outcomes.py``, or is the answer's own) and ``attempts``
+    how many times the batch was sent.
     """
 
     def __init__(
