@@ -39,6 +39,7 @@ from server._protocol.http_json import (
 )
 from server._protocol.outcomes import OUTCOMES, Kind, Outcome
 from server._protocol.structs import AppendResult
+from server._runtime import REAL_RUNTIME
 from server.leaderless_log_metrics import LlogMetrics
 from testing._chaos_checker import FAILED, OK, UNKNOWN
 from testing._chaos_workload import classify_produce_reply
@@ -253,7 +254,7 @@ def _failing_health(broker: Any) -> None:
 
 
 _GET_HEALTH = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
-_BAD_COMPACTOR = SimpleNamespace(metrics=LlogMetrics(), health=lambda: 1 / 0)
+_BAD_COMPACTOR = SimpleNamespace(metrics=LlogMetrics(), health=lambda: 1 / 0, runtime=REAL_RUNTIME)
 
 SCENARIOS: dict[str, list[Callable[[Cluster], tuple[int, dict[str, Any]]]]] = {
     "InvalidRequest": [
