@@ -46,7 +46,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
             "Flags override the environment. Also read: LLOG_OXIA_* and LLOG_S3_* (where the log "
             "lives), LLOG_ROOT_PREFIX, LLOG_BATCH_MAX_BYTES / _MAX_DELAY_MS / _MAX_BUFFER_BYTES "
             "(batching), LLOG_BROKER_MAX_REQUEST_BYTES, LLOG_BROKER_MAX_RECORDS_PER_REQUEST, "
-            "LLOG_BROKER_MAX_WAIT_MS, LLOG_BROKER_PRODUCE_TIMEOUT_MS, LLOG_TAIL_CACHE_POLL_MS. "
+            "LLOG_BROKER_MAX_WAIT_MS, LLOG_BROKER_PRODUCE_TIMEOUT_MS, LLOG_BROKER_HTTP_READ_TIMEOUT_MS, "
+            "LLOG_TAIL_CACHE_POLL_MS. "
             "See .env.example and server/HTTP_API.md."
         ),
     )

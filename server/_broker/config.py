@@ -14,6 +14,7 @@ from typing import Mapping
 
 from .._config import LoadtestInfo, env_int, env_str
 from .._errors import ConfigError
+from .._http_server import DEFAULT_HTTP_READ_TIMEOUT_MS
 
 __all__ = ["BrokerConfig", "ROLES", "MIB"]
 
@@ -46,6 +47,9 @@ class BrokerConfig:
     """Server-side cap on a /consume request's max_wait_ms (LLOG_BROKER_MAX_WAIT_MS)."""
     produce_timeout_ms: int = 120_000
     """How long a /produce request waits for its flush before answering 504 (LLOG_BROKER_PRODUCE_TIMEOUT_MS)."""
+    http_read_timeout_ms: int = DEFAULT_HTTP_READ_TIMEOUT_MS
+    """A connection that sends nothing for this long is closed: idle between requests, or stalled
+    inside one (a body that stalls is answered 408 first) (LLOG_BROKER_HTTP_READ_TIMEOUT_MS)."""
     tail_cache_dir: str | None = None
     """Shared directory of the file-backed tail cache; None: in-process (LLOG_TAIL_CACHE_DIR)."""
     tail_cache_max_bytes: int = 512 * MIB
@@ -75,6 +79,8 @@ class BrokerConfig:
             raise ConfigError(f"LLOG_BROKER_MAX_WAIT_MS must be >= 0, got {self.max_wait_ms_cap}")
         if self.produce_timeout_ms < 1:
             raise ConfigError(f"LLOG_BROKER_PRODUCE_TIMEOUT_MS must be >= 1, got {self.produce_timeout_ms}")
+        if self.http_read_timeout_ms < 1:
+            raise ConfigError(f"LLOG_BROKER_HTTP_READ_TIMEOUT_MS must be >= 1, got {self.http_read_timeout_ms}")
         if self.tail_cache_max_bytes < 0:
             raise ConfigError(f"LLOG_TAIL_CACHE_MAX_BYTES must be >= 0, got {self.tail_cache_max_bytes}")
         if not 1 <= self.tail_cache_poll_ms <= 1000:
@@ -115,6 +121,7 @@ class BrokerConfig:
             ),
             "max_wait_ms_cap": env_int(env, "LLOG_BROKER_MAX_WAIT_MS", cls.max_wait_ms_cap),
             "produce_timeout_ms": env_int(env, "LLOG_BROKER_PRODUCE_TIMEOUT_MS", cls.produce_timeout_ms),
+            "http_read_timeout_ms": env_int(env, "LLOG_BROKER_HTTP_READ_TIMEOUT_MS", cls.http_read_timeout_ms),
             "tail_cache_dir": env_str(env, "LLOG_TAIL_CACHE_DIR"),
             "tail_cache_max_bytes": env_int(env, "LLOG_TAIL_CACHE_MAX_BYTES", cls.tail_cache_max_bytes),
             "tail_cache_poll_ms": env_int(env, "LLOG_TAIL_CACHE_POLL_MS", cls.tail_cache_poll_ms),

@@ -15,6 +15,7 @@ from typing import Mapping
 
 from .._config import LoadtestInfo, env_int, env_str
 from .._errors import ConfigError, InvalidRequest
+from .._http_server import DEFAULT_HTTP_READ_TIMEOUT_MS
 from .._protocol.keys import TopicPartition
 
 __all__ = [
@@ -121,6 +122,9 @@ class CompactorServiceConfig:
     """HTTP bind address (LLOG_COMPACTOR_BIND_HOST)."""
     port: int = 8090
     """HTTP port; 0 picks a free one (LLOG_COMPACTOR_PORT)."""
+    http_read_timeout_ms: int = DEFAULT_HTTP_READ_TIMEOUT_MS
+    """An HTTP connection that sends nothing for this long (idle, or stalled inside a request) is
+    closed (LLOG_COMPACTOR_HTTP_READ_TIMEOUT_MS)."""
     targets: tuple[TopicPartition, ...] = ()
     """Seed partitions compacted even before discovery sees them (LLOG_COMPACTOR_TARGETS)."""
     workers: int = 2
@@ -159,6 +163,8 @@ class CompactorServiceConfig:
             raise ConfigError(f"LLOG_COMPACTOR_PORT must be 0-65535, got {self.port}")
         if self.workers < 1:
             raise ConfigError(f"LLOG_COMPACTOR_WORKERS must be >= 1, got {self.workers}")
+        if self.http_read_timeout_ms < 1:
+            raise ConfigError(f"LLOG_COMPACTOR_HTTP_READ_TIMEOUT_MS must be >= 1, got {self.http_read_timeout_ms}")
         for name in (
             "discovery_interval_ms", "idle_sleep_ms", "error_sleep_ms",
             "idle_jitter_ms", "error_jitter_ms", "shutdown_timeout_ms", "blob_cache_bytes",
@@ -175,6 +181,7 @@ class CompactorServiceConfig:
             compactor_id=env_str(env, "LLOG_COMPACTOR_ID") or default_compactor_id(),
             bind_host=env_str(env, "LLOG_COMPACTOR_BIND_HOST", "127.0.0.1") or "127.0.0.1",
             port=env_int(env, "LLOG_COMPACTOR_PORT", 8090),
+            http_read_timeout_ms=env_int(env, "LLOG_COMPACTOR_HTTP_READ_TIMEOUT_MS", DEFAULT_HTTP_READ_TIMEOUT_MS),
             targets=parse_targets(env_str(env, "LLOG_COMPACTOR_TARGETS")),
             workers=env_int(env, "LLOG_COMPACTOR_WORKERS", 2),
             discovery_interval_ms=env_int(env, "LLOG_COMPACTOR_DISCOVERY_INTERVAL_MS", 30_000),
