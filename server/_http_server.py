@@ -18,8 +18,10 @@ they subclass; it owns what they share:
   request line, its headers or its body, is closed after it;
 - :meth:`~JSONRequestHandler.send_answer` writes a Response with a
   ``Content-Length`` (so the connection stays open, HTTP/1.1 keep-alive), or
-  with ``Connection: close`` and the connection closed when the Response
-  asks for it; a client that went away ends the connection quietly;
+  with ``Connection: close`` and the connection closed when the Response or
+  the request asks for it (or the request is HTTP/1.0, or HTTP/0.9, which is
+  answered as 1.0: a bare 0.9 body has no status); a client that went away
+  ends the connection quietly;
 - :meth:`~JSONRequestHandler.send_error` answers what the standard library
   refuses by itself (a malformed or over-long request line, an unsupported
   HTTP version, too many or too long headers) with the JSON error
@@ -125,7 +127,13 @@ class JSONRequestHandler(BaseHTTPRequestHandler):
 
     def parse_request(self) -> bool:
         self._body_used = False
-        return super().parse_request()
+        if not super().parse_request():
+            return False
+        if self.request_version == "HTTP/0.9":
+            # HTTP/0.9 answers are a bare body: no status, no Content-Type, so
+            # a client could not tell an error from a result. Answer as 1.0.
+            self.request_version = "HTTP/1.0"
+        return True
 
     def handle(self) -> None:
         try:
@@ -189,7 +197,7 @@ class JSONRequestHandler(BaseHTTPRequestHandler):
             self.send_header("Content-Length", str(sum(len(c) for c in resp.chunks)))
             for k, v in resp.headers:
                 self.send_header(k, v)
-            if resp.close:
+            if self.close_connection:  # asked for, HTTP/1.0, or resp.close: say so
                 self.send_header("Connection", "close")
             self.end_headers()
             if getattr(self, "command", None) != "HEAD":

@@ -236,3 +236,34 @@ def test_a_client_that_resets_inside_a_body_leaves_the_server_serving(broker_por
     other.send(get())
     assert other.answer()[0] == 200
     other.close()
+
+
+@pytest.mark.parametrize("request_line", [b"GET /health", b"GET /health HTTP/0.9", b"GET /nope"])
+def test_an_http_0_9_request_gets_a_status_line_and_headers(port, request_line) -> None:
+    # A bare 0.9 body would leave a client no way to tell a 404 from a 200.
+    conn = Conn(port)
+    conn.send(request_line + b"\r\n\r\n")
+    status, headers, body = conn.answer()
+    assert status == (404 if b"nope" in request_line else 200)
+    assert (headers["content-type"], headers["connection"]) == ("application/json", "close")
+    assert conn.closed()
+    conn.close()
+
+
+@pytest.mark.parametrize(("version", "connection"), [("HTTP/1.1", "close"), ("HTTP/1.0", None), ("HTTP/1.0", "close")])
+def test_an_answer_says_close_when_the_request_asked_for_it(port, version, connection) -> None:
+    conn = Conn(port)
+    extra = f"Connection: {connection}\r\n" if connection else ""
+    conn.send(f"GET /health {version}\r\nHost: x\r\n{extra}\r\n".encode() + get())
+    status, headers, _ = conn.answer()
+    assert (status, headers.get("connection")) == (200, "close")
+    assert conn.closed()  # the pipelined second request was never answered
+    conn.close()
+
+
+def test_a_keep_alive_answer_does_not_say_close(port) -> None:
+    conn = Conn(port)
+    conn.send(b"GET /health HTTP/1.0\r\nConnection: keep-alive\r\n\r\n" + get())
+    first, second = conn.answer(), conn.answer()
+    assert (first[0], second[0]) == (200, 200) and "connection" not in first[1]
+    conn.close()
