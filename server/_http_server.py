@@ -16,6 +16,10 @@ they subclass; it owns what they share:
 - the socket read timeout (``timeout``, seconds, set per server from its
   config): an idle keep-alive connection, or a client that stalls inside a
   request line, its headers or its body, is closed after it;
+- a header block over ``max_header_bytes`` (64 KiB) is refused with 431: the
+  standard library bounds only each line (64 KiB) and their number (100), so
+  one request could make the server hold 6.4 MB of headers, and a few dozen
+  connections gigabytes;
 - :meth:`~JSONRequestHandler.send_answer` writes a Response with a
   ``Content-Length`` (so the connection stays open, HTTP/1.1 keep-alive), or
   with ``Connection: close`` and the connection closed when the Response or
@@ -34,11 +38,12 @@ The routes, limits and servers stay with each service (``_broker/http.py``,
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler
-from typing import Any, Mapping, Sequence
+from typing import Any, BinaryIO, Mapping, Sequence
 from urllib.parse import urlsplit
 
 from ._metrics import CONTENT_TYPE
@@ -113,6 +118,8 @@ class JSONRequestHandler(BaseHTTPRequestHandler):
     max_skipped_body_bytes = 1 << 20
     """An unread body up to this size is read and dropped (the connection stays
     open); a larger one closes the connection instead."""
+    max_header_bytes = 64 * 1024
+    """The whole header block (the request line has its own 64 KiB); more is a 431."""
     _body_used = True  # until parse_request has read a request's headers
 
     def __getattr__(self, name: str) -> Any:
@@ -127,8 +134,13 @@ class JSONRequestHandler(BaseHTTPRequestHandler):
 
     def parse_request(self) -> bool:
         self._body_used = False
-        if not super().parse_request():
-            return False
+        rfile = self.rfile
+        self.rfile = _HeaderBudget(rfile, self.max_header_bytes)  # type: ignore[assignment]
+        try:
+            if not super().parse_request():
+                return False
+        finally:
+            self.rfile = rfile
         if self.request_version == "HTTP/0.9":
             # HTTP/0.9 answers are a bare body: no status, no Content-Type, so
             # a client could not tell an error from a result. Answer as 1.0.
@@ -222,8 +234,12 @@ class JSONRequestHandler(BaseHTTPRequestHandler):
             resp.close = True
             return
         try:
-            if length and len(self.rfile.read(length)) != length:
-                resp.close = True
+            while length > 0:  # in pieces: a dropped body is never held whole
+                piece = self.rfile.read(min(length, 1 << 16))
+                if not piece:
+                    resp.close = True
+                    return
+                length -= len(piece)
         except (TimeoutError, ConnectionError):
             resp.close = True
 
@@ -240,7 +256,26 @@ class JSONRequestHandler(BaseHTTPRequestHandler):
             # status line and headers anyway (0.9 would send the body alone).
             self.request_version = "HTTP/1.0"
         self.count_protocol_error(code)
-        self.send_answer(Response(code, error_body(message or phrase, "HttpProtocolError"), close=True))
+        text = f"{message or phrase}: {explain}" if explain else message or phrase
+        self.send_answer(Response(code, error_body(text, "HttpProtocolError"), close=True))
 
     def count_protocol_error(self, code: int) -> None:
         """Hook: a request the standard library refused (``send_error``); for metrics."""
+
+
+class _HeaderBudget:
+    """The request's stream while ``parse_request`` reads the header block:
+    counts the bytes and refuses past ``budget`` (``parse_request`` answers
+    the ``HTTPException`` with 431)."""
+
+    def __init__(self, rfile: BinaryIO, budget: int) -> None:
+        self._rfile = rfile
+        self._left = budget
+        self._budget = budget
+
+    def readline(self, limit: int = -1) -> bytes:
+        line = self._rfile.readline(limit)
+        self._left -= len(line)
+        if self._left < 0:
+            raise http.client.HTTPException(f"the request headers exceed {self._budget} bytes")
+        return line

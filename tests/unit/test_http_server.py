@@ -238,6 +238,21 @@ def test_a_client_that_resets_inside_a_body_leaves_the_server_serving(broker_por
     other.close()
 
 
+@pytest.mark.parametrize(("count", "size", "status"), [
+    (1, 65_000, 200), (15, 4_000, 200), (17, 4_000, 431), (40, 2_000, 431), (101, 10, 431), (1, 65_600, 431),
+])
+def test_the_header_block_is_bounded_in_all_not_only_per_line(port, count, size, status) -> None:
+    # Per line (64 KiB) and per count (100) alone, one request could hold 6.4 MB of headers.
+    headers = b"".join(b"X-H-%d: %s\r\n" % (i, b"h" * size) for i in range(count))
+    conn = Conn(port)
+    conn.send(get("/health", headers))
+    got, answer_headers, body = conn.answer()
+    assert got == status
+    if status == 431:
+        assert error_doc(body)["error_type"] == "HttpProtocolError" and answer_headers["connection"] == "close"
+    conn.close()
+
+
 @pytest.mark.parametrize("request_line", [b"GET /health", b"GET /health HTTP/0.9", b"GET /nope"])
 def test_an_http_0_9_request_gets_a_status_line_and_headers(port, request_line) -> None:
     # A bare 0.9 body would leave a client no way to tell a 404 from a 200.
