@@ -85,7 +85,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         "300, the services' own default, with --broker/--compactor)")
     p.add_argument("--warmup", type=int, default=400, help="warm-up requests before the baseline (default 400)")
     p.add_argument("--workers", type=int, default=8, help="client threads (default 8)")
-    p.add_argument("--rss-tolerance-mib", type=float, default=48.0, help="allowed RSS growth (default 48 MiB)")
+    p.add_argument("--rss-tolerance-mib", type=float, default=32.0, help="allowed RSS growth (default 32 MiB)")
     p.add_argument("--fd-tolerance", type=int, default=8, help="allowed growth of open fds (default 8)")
     p.add_argument("--settle-s", type=float, default=30.0, help="how long RSS/fds may take to settle (default 30)")
     p.add_argument("--log-dir", type=Path, help="where the started services log (default: a temporary directory)")

@@ -33,7 +33,7 @@ class Options:
     warmup_requests: int = 400
     workers: int = 8
     partitions: int = 4
-    rss_tolerance_mib: float = 48.0
+    rss_tolerance_mib: float = 32.0
     fd_tolerance: int = 8
     settle_timeout_s: float = 30.0
     nonce: str = field(default_factory=lambda: uuid.uuid4().hex[:6])
