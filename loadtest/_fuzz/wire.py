@@ -185,15 +185,16 @@ def exchange(
 
 def stall(addr: tuple[str, int], prefix: bytes, timeout_s: float, head: bool = False) -> Outcome:
     """Send ``prefix`` (part of a request) and nothing more; read until the
-    server closes the connection, keeping the answer it may send first."""
+    server closes the connection, keeping the answer it may send first. The
+    time counts from the end of the prefix: from there on the server waits."""
     started = time.monotonic()
-    deadline = started + timeout_s
     answers: list[Answer] = []
     try:
-        with _connect(addr, deadline) as sock:
-            reader = _Reader(sock, deadline)
+        with _connect(addr, started + timeout_s) as sock:
             if prefix:
                 sock.sendall(prefix)
+            started = time.monotonic()
+            reader = _Reader(sock, started + timeout_s)
             answer = reader.answer(head)
             if answer is not None:
                 answers.append(answer)
