@@ -49,10 +49,10 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"flag"
-	"encoding/binary"
 	"fmt"
 	"hash/crc32"
 	"io"
@@ -1069,6 +1069,7 @@ const (
 	errorTypeNotFound                = "NotFound"
 	errorTypeMethodNotAllowed        = "MethodNotAllowed"
 	errorTypeAppendFailed            = "AppendFailed"
+	errorTypeRequestTimeout          = "RequestTimeout"
 	errorTypeLengthRequired          = "LengthRequired"
 	errorTypeRequestTooLarge         = "RequestTooLarge"
 	errorTypeInternalError           = "InternalError"
@@ -1109,6 +1110,7 @@ var outcomeTable = map[string]outcome{
 	errorTypeNotFound:                {status: 404, kind: kindDefinite},
 	errorTypeMethodNotAllowed:        {status: 405, kind: kindDefinite},
 	errorTypeAppendFailed:            {status: 409, kind: kindUnknown, perItem: true},
+	errorTypeRequestTimeout:          {status: 408, retriable: true, kind: kindDefinite},
 	errorTypeLengthRequired:          {status: 411, kind: kindDefinite},
 	errorTypeRequestTooLarge:         {status: 413, kind: kindDefinite},
 	errorTypeInternalError:           {status: 500, kind: kindUnknown},

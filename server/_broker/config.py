@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from .._errors import ConfigError
+from .._http_server import DEFAULT_HTTP_READ_TIMEOUT_MS
 from .._settings import check_settings, from_env, setting
 
 __all__ = ["BrokerConfig", "ROLES", "MIB"]
@@ -54,6 +55,11 @@ class BrokerConfig:
     produce_timeout_ms: int = setting(
         "How long /produce waits for its flush before answering 504.", env="LLOG_BROKER_PRODUCE_TIMEOUT_MS",
         default=120_000, min=1,
+    )
+    http_read_timeout_ms: int = setting(
+        "A connection that sends nothing for this long is closed: idle between requests, or stalled inside "
+        "one (a body that stalls is answered 408 first).",
+        env="LLOG_BROKER_HTTP_READ_TIMEOUT_MS", default=DEFAULT_HTTP_READ_TIMEOUT_MS, min=1,
     )
     tail_cache_dir: str | None = setting(
         "Directory shared by writer and reader broker processes for a file-backed tail cache (unset: an "

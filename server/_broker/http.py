@@ -4,9 +4,9 @@
 (``Broker.produce(body) -> Response``, ...; a route answers its own errors),
 after checking the path, the method (405 with ``Allow``) and the body (411
 without a ``Content-Length``, 413 past ``max_request_bytes`` before reading
-it). An error answered without reading the body skips it, or closes the
-connection when it cannot. Requests are counted in flight until their answer
-is written, so a shutdown waits for them. Writing answers, keep-alive and the
+it, 408 when it stalls past ``http_read_timeout_ms``). Requests are counted in
+flight until their answer is written, so a shutdown waits for them. Method
+dispatch, skipping a body no route read, writing answers, keep-alive and the
 JSON answer to requests the standard library refuses come from the base both
 services share (``server/_http_server.py``); ``Response`` and
 ``error_response`` are re-exported from there.
@@ -17,8 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from http.server import ThreadingHTTPServer
-from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
+from typing import TYPE_CHECKING
 
 from .._errors import LlogError
 from .._http_server import JSON, PROMETHEUS, JSONRequestHandler, Response, error_response
@@ -26,8 +25,8 @@ from .._protocol.outcomes import (
     INTERNAL_ERROR,
     INVALID_REQUEST,
     LENGTH_REQUIRED,
-    METHOD_NOT_ALLOWED,
     NOT_FOUND,
+    REQUEST_TIMEOUT,
     REQUEST_TOO_LARGE,
     SHUTTING_DOWN,
 )
@@ -46,40 +45,29 @@ ROUTES: dict[str, dict[str, str]] = {
     "/produce": {"POST": "produce"},
     "/consume": {"POST": "consume"},
 }
-_KNOWN_METHODS = {"GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"}
 
 
 class _Handler(JSONRequestHandler):
     server_version = "llog-broker/0.1"
     disable_nagle_algorithm = True  # the header and body writes must not wait for ACKs
-    timeout = 300  # idle keep-alive connections are closed after this
     server: BrokerHTTPServer
-
-    def __getattr__(self, name: str) -> Any:
-        # Every method token reaches _dispatch, so a wrong one gets 405 + Allow.
-        if name.startswith("do_"):
-            return self._dispatch
-        raise AttributeError(name)
 
     def count_protocol_error(self, code: int) -> None:
         broker = getattr(self.server, "broker", None)
         if broker is not None:
             broker.metrics.inc("http_requests_total", path="other", method="OTHER", status=code)
 
-    def _dispatch(self) -> None:
+    def dispatch(self) -> None:
         broker = self.server.broker
         started = time.monotonic()
-        path = urlsplit(self.path).path
+        path = self.request_path()
         method = self.command
         # In flight until the answer is written: shutdown waits for it.
         broker.enter()
         try:
             resp = self._route(broker, path, method)
             label = path if path in ROUTES else "other"
-            broker.metrics.inc(
-                "http_requests_total", path=label, method=method if method in _KNOWN_METHODS else "OTHER",
-                status=resp.status,
-            )
+            broker.metrics.inc("http_requests_total", path=label, method=self.method_label(method), status=resp.status)
             broker.metrics.observe("http_request_seconds", time.monotonic() - started, path=label)
             self.send_answer(resp)
         finally:
@@ -88,15 +76,12 @@ class _Handler(JSONRequestHandler):
     def _route(self, broker: Broker, path: str, method: str) -> Response:
         route = ROUTES.get(path)
         if route is None:
-            return self._refuse(error_response(NOT_FOUND, f"no such path: {path}"))
+            return error_response(NOT_FOUND, f"no such path: {path}")
         name = route.get(method)
         if name is None:
-            allow = ", ".join(route)
-            return self._refuse(error_response(
-                METHOD_NOT_ALLOWED, f"{method} is not allowed on {path}; use {allow}", headers=[("Allow", allow)],
-            ))
+            return self.method_not_allowed(method, path, list(route))
         if broker.draining:
-            return self._refuse(error_response(SHUTTING_DOWN, "the broker is shutting down", close=True))
+            return error_response(SHUTTING_DOWN, "the broker is shutting down", close=True)
         try:
             body = self._read_body() if method == "POST" else b""
             if name == "produce":  # two body formats, by Content-Type
@@ -109,30 +94,6 @@ class _Handler(JSONRequestHandler):
         except Exception as exc:  # a bug: answer, log, keep serving
             log.exception("%s %s failed", method, path)
             return error_response(INTERNAL_ERROR, f"internal error: {exc!r}")
-
-    def _refuse(self, resp: Response) -> Response:
-        """An answer given without using the body: drop the body, or close the
-        connection when it cannot be skipped safely."""
-        if self.headers.get("Transfer-Encoding"):
-            resp.close = True
-        elif self.headers.get("Content-Length") is not None:
-            length = self._content_length()
-            if length is None or length > self.server.broker.config.max_request_bytes:
-                resp.close = True
-            elif length:
-                self.rfile.read(length)
-        return resp
-
-    def _content_length(self) -> int | None:
-        """The one valid Content-Length, else None (absent, repeated with
-        different values, not a plain decimal, or with Transfer-Encoding)."""
-        values = self.headers.get_all("Content-Length") or []
-        if self.headers.get("Transfer-Encoding") or not values or len(set(v.strip() for v in values)) != 1:
-            return None
-        text = values[0].strip()
-        if not (text.isascii() and text.isdigit()):
-            return None
-        return int(text)
 
     def _read_body(self) -> bytes:
         """The request body, refusing before reading it when it is too large."""
@@ -147,7 +108,7 @@ class _Handler(JSONRequestHandler):
             raise _BodyRefused(
                 error_response(LENGTH_REQUIRED, "Content-Length is required", "Content-Length", close=True)
             )
-        length = self._content_length()
+        length = self.content_length()
         if length is None:
             raise _BodyRefused(error_response(
                 INVALID_REQUEST, f"invalid Content-Length {', '.join(values)!r}", "Content-Length", close=True,
@@ -158,7 +119,15 @@ class _Handler(JSONRequestHandler):
                 REQUEST_TOO_LARGE, f"request body of {length} bytes exceeds the limit of {limit} bytes "
                 "(LLOG_BROKER_MAX_REQUEST_BYTES)", "Content-Length", close=True,
             ))
-        body = self.rfile.read(length)
+        try:
+            body = self.read_request_body(length)
+        except TimeoutError:
+            raise _BodyRefused(error_response(
+                REQUEST_TIMEOUT, f"the request body did not arrive within {self.timeout:g} s "
+                "(LLOG_BROKER_HTTP_READ_TIMEOUT_MS)", close=True,
+            )) from None
+        except ConnectionError:  # the client is gone; the answer is written to no one
+            body = b""
         if len(body) != length:
             raise _BodyRefused(error_response(INVALID_REQUEST, "request body ended early", close=True))
         return body
@@ -182,5 +151,9 @@ class BrokerHTTPServer(ThreadingHTTPServer):
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
-        super().__init__((broker.config.host, broker.config.port), _Handler)
+        config = broker.config
+        handler = type("_Handler", (_Handler,), {
+            "timeout": config.http_read_timeout_ms / 1000, "max_skipped_body_bytes": config.max_request_bytes,
+        })
+        super().__init__((config.host, config.port), handler)
         broker.bind_port(self.server_address[1])

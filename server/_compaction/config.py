@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from .._errors import ConfigError, InvalidRequest
+from .._http_server import DEFAULT_HTTP_READ_TIMEOUT_MS
 from .._protocol.constants import VACUUM_GRACE_MS
 from .._protocol.keys import TopicPartition
 from .._settings import check_settings, from_env, nested, same_as, setting
@@ -118,6 +119,10 @@ class CompactorServiceConfig:
     bind_host: str = setting("HTTP bind address.", env="LLOG_COMPACTOR_BIND_HOST", default="127.0.0.1")
     port: int = setting("HTTP port; 0 picks a free one.", env="LLOG_COMPACTOR_PORT", default=8090, min=0,
                         max=65_535)
+    http_read_timeout_ms: int = setting(
+        "An HTTP connection that sends nothing for this long (idle, or stalled inside a request) is closed.",
+        env="LLOG_COMPACTOR_HTTP_READ_TIMEOUT_MS", default=DEFAULT_HTTP_READ_TIMEOUT_MS, min=1,
+    )
     targets: tuple[TopicPartition, ...] = setting(
         "Seed logs compacted even before discovery sees them, e.g. orders:0,orders:1.",
         env="LLOG_COMPACTOR_TARGETS", default=(), parse=parse_targets,

@@ -6,7 +6,8 @@ blocks compaction. The handler builds on the base the broker uses too
 (``server/_http_server.py``), so every error answer is the same JSON error
 body (``error``, ``error_type``), including the ones the standard library
 produces itself (malformed request line, unsupported HTTP version, over-long
-request line or headers, unknown method).
+request line or headers). Every path serves GET only: any other method is
+405 with ``Allow: GET``, as on the broker.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import logging
 import threading
 from http.server import ThreadingHTTPServer
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit
 
 from .._http_server import PROMETHEUS, JSONRequestHandler, Response, error_response
 from .._protocol.outcomes import INTERNAL_ERROR, NOT_FOUND
@@ -28,13 +28,18 @@ __all__ = ["serve"]
 log = logging.getLogger(__name__)
 
 
-def serve(service: CompactorService, host: str, port: int) -> tuple[ThreadingHTTPServer, threading.Thread]:
-    """Bind ``host:port`` (0: any free port) and serve ``service`` on a daemon thread."""
+def serve(
+    service: CompactorService, host: str, port: int, *, read_timeout_s: float | None = None,
+) -> tuple[ThreadingHTTPServer, threading.Thread]:
+    """Bind ``host:port`` (0: any free port) and serve ``service`` on a daemon
+    thread; a connection silent for ``read_timeout_s`` is closed (default: the base's)."""
 
     class Handler(_Handler):
         pass
 
     Handler.service = service
+    if read_timeout_s is not None:
+        Handler.timeout = read_timeout_s
     server = ThreadingHTTPServer((host, port), Handler)
     server.daemon_threads = True
     thread = threading.Thread(
@@ -51,14 +56,18 @@ class _Handler(JSONRequestHandler):
     service: CompactorService
     server_version = "llog-compactor/1"
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+    def dispatch(self) -> None:
         clock = self.service.runtime.clock
         started = clock.monotonic()
-        path = urlsplit(self.path).path.rstrip("/") or "/"
-        resp = self._route(path)
+        path = self.request_path().rstrip("/") or "/"
+        method = self.command
+        if method == "GET" or path not in _PATHS:
+            resp = self._route(path)
+        else:
+            resp = self.method_not_allowed(method, path, ["GET"])
         label = path if path in _PATHS else "other"
         metrics = self.service.metrics
-        metrics.inc("http_requests_total", path=label, method="GET", status=resp.status)
+        metrics.inc("http_requests_total", path=label, method=self.method_label(method), status=resp.status)
         metrics.observe("http_request_seconds", clock.monotonic() - started, path=label)
         self.send_answer(resp)
 

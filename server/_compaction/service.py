@@ -211,7 +211,9 @@ class CompactorService:
             return self
         self._started = True
         if self._serve_http:
-            self._http, self._http_thread = serve(self, self.config.bind_host, self.config.port)
+            self._http, self._http_thread = serve(
+                self, self.config.bind_host, self.config.port, read_timeout_s=self.config.http_read_timeout_ms / 1000,
+            )
         for i in range(self.config.workers):
             t = threading.Thread(target=self._worker_loop, name=f"llog-compactor-worker-{i}", daemon=True)
             t.start()

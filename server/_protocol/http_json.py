@@ -79,9 +79,11 @@ def _reject_constant(name: str) -> float:
 
 
 def parse_json_body(body: bytes) -> dict[str, Any]:
-    """The request body as a JSON object; InvalidField(None) otherwise."""
+    """The request body, UTF-8 JSON text, as a JSON object; InvalidField(None)
+    otherwise. The bytes are decoded as UTF-8 first: ``json.loads`` given
+    bytes would also take UTF-16 and UTF-32 (and a byte-order mark)."""
     try:
-        doc = json.loads(body, parse_constant=_reject_constant)
+        doc = json.loads(body.decode("utf-8"), parse_constant=_reject_constant)
     except UnicodeDecodeError as exc:
         raise InvalidField(f"request body is not UTF-8 JSON: {exc.reason}", None) from None
     except (ValueError, RecursionError) as exc:

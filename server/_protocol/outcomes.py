@@ -156,13 +156,16 @@ ROLE_NOT_SERVED = _answer("RoleNotServed", 403, False, _D, "the broker's role do
                           "the body has `role`")
 NOT_FOUND = _answer("NotFound", 404, False, _D, "unknown path (paths are exact: `/produce/` is unknown); "
                     "the compactor service's body lists `paths`")
-METHOD_NOT_ALLOWED = _answer("MethodNotAllowed", 405, False, _D, "wrong method on a known path; `Allow` "
-                             "names the right one")
+METHOD_NOT_ALLOWED = _answer("MethodNotAllowed", 405, False, _D, "wrong method on a known path (any "
+                             "method token: `PUT`, `TRACE`, `BREW` ...); `Allow` names the right one")
 APPEND_FAILED = _error(
     AppendFailed, "produce: some or all batches failed, not all by back-pressure; each `results[]` item "
     "has its own outcome (the request as a whole is unknown: other batches may be committed)", status=409,
     kind=_U, per_item=True,
 )
+REQUEST_TIMEOUT = _answer("RequestTimeout", 408, True, _D, "the request body did not arrive within "
+                          "`LLOG_BROKER_HTTP_READ_TIMEOUT_MS`; nothing was read into the log; the connection "
+                          "is closed")
 LENGTH_REQUIRED = _answer("LengthRequired", 411, False, _D, "a body without `Content-Length`, or with "
                           "`Transfer-Encoding`")
 REQUEST_TOO_LARGE = _answer(
@@ -186,9 +189,9 @@ OUTCOME_UNKNOWN = _error(
     kind=_U,
 )
 HTTP_PROTOCOL_ERROR = Outcome(
-    "HttpProtocolError", None, False, _D, "the standard library refused the request line or headers (not "
-    "HTTP, too long, an unsupported version: 400, 414, 431, 505; the compactor service also answers 501 for "
-    "an unknown method); the connection is closed",
+    "HttpProtocolError", None, False, _D, "the request line or headers are not HTTP, too long (414: a request "
+    "line over 64 KiB; 431: a header line over 64 KiB, more than 100 header lines, or a header block over "
+    "64 KiB in all), or an unsupported version (505); the connection is closed",
 )
 _ITEMS = (
     _error(PartitionNotInitialized, "nothing was ever written to the partition",
@@ -214,7 +217,7 @@ PROTOCOL_ERROR = Outcome("ProtocolError", None, False, _U, "client: an answer it
                          "one per batch, an item neither acknowledged nor failed)")
 
 _ROWS: tuple[Outcome, ...] = (
-    INVALID_REQUEST, ROLE_NOT_SERVED, NOT_FOUND, METHOD_NOT_ALLOWED, APPEND_FAILED, LENGTH_REQUIRED,
+    INVALID_REQUEST, ROLE_NOT_SERVED, NOT_FOUND, METHOD_NOT_ALLOWED, APPEND_FAILED, REQUEST_TIMEOUT, LENGTH_REQUIRED,
     REQUEST_TOO_LARGE, INTERNAL_ERROR, BACK_PRESSURE_REJECTED, SHUTTING_DOWN, PRODUCER_CLOSED, OUTCOME_UNKNOWN,
     HTTP_PROTOCOL_ERROR, *_ITEMS, CONNECTION_REFUSED, CONNECTION_LOST, PROTOCOL_ERROR,
 )

@@ -27,6 +27,13 @@ exactly as boto3 sends it for path-style S3. Transient failures (connection
 reset, timeouts, HTTP 500/502/503/504) are retried up to ``attempts`` times
 with jittered backoff on a fresh connection, like boto3's "standard" mode;
 a PUT is safe to retry since it writes the whole object under its key.
+
+Connections are pooled, not kept per thread: a request takes an idle one (or
+opens one) and gives it back when its answer is read; at most
+``max_idle_connections`` wait idle, more are closed when given back. The
+broker answers each HTTP connection on a thread of its own, so a connection
+kept per thread would stay open after its thread ended: one leaked socket per
+client connection that read from S3.
 """
 
 from __future__ import annotations
@@ -113,10 +120,10 @@ class SigV4Signer:
 
 
 class LeanS3Client:
-    """GETs and PUTs objects on one endpoint; thread-safe (one connection per thread)."""
+    """GETs and PUTs objects on one endpoint; thread-safe (a pool of keep-alive connections)."""
 
     def __init__(self, endpoint_url: str, signer: SigV4Signer, *, timeout_s: float = 60.0,
-                 attempts: int = 4) -> None:
+                 attempts: int = 4, max_idle_connections: int = 16) -> None:
         url = urllib.parse.urlsplit(endpoint_url)
         if url.scheme not in ("http", "https") or not url.hostname:
             raise ValueError(f"not an http(s) endpoint: {endpoint_url!r}")
@@ -129,27 +136,33 @@ class LeanS3Client:
         self._timeout = timeout_s
         self._attempts = max(1, attempts)
         self._ssl = ssl.create_default_context() if self._https else None
-        self._local = threading.local()
-        self._all: list[http.client.HTTPConnection] = []
+        self._max_idle = max_idle_connections
+        self._idle: list[http.client.HTTPConnection] = []
         self._lock = threading.Lock()
+        self._closed = False
 
-    def _conn(self) -> http.client.HTTPConnection:
-        conn = getattr(self._local, "conn", None)
-        if conn is None:
-            if self._https:
-                conn = http.client.HTTPSConnection(self._host, self._port, timeout=self._timeout, context=self._ssl)
-            else:
-                conn = http.client.HTTPConnection(self._host, self._port, timeout=self._timeout)
-            self._local.conn = conn
+    @property
+    def idle_connections(self) -> int:
+        with self._lock:
+            return len(self._idle)
+
+    def _checkout(self, fresh: bool = False) -> http.client.HTTPConnection:
+        """An idle connection (the most recently used: the least likely to have
+        been closed by the server), or a new one (always when ``fresh``)."""
+        with self._lock:
+            if self._idle and not fresh:
+                return self._idle.pop()
+        if self._https:
+            return http.client.HTTPSConnection(self._host, self._port, timeout=self._timeout, context=self._ssl)
+        return http.client.HTTPConnection(self._host, self._port, timeout=self._timeout)
+
+    def _checkin(self, conn: http.client.HTTPConnection, reusable: bool) -> None:
+        if reusable:
             with self._lock:
-                self._all.append(conn)
-        return conn
-
-    def _drop(self) -> None:
-        conn = getattr(self._local, "conn", None)
-        self._local.conn = None
-        if conn is not None:
-            conn.close()
+                if not self._closed and len(self._idle) < self._max_idle:
+                    self._idle.append(conn)
+                    return
+        conn.close()
 
     def get(self, bucket: str, key: str, byte_range: tuple[int, int] | None = None) -> bytes:
         """The object, or ``length`` bytes from ``start`` when ``byte_range`` is ``(start, length)``."""
@@ -181,31 +194,34 @@ class LeanS3Client:
             if attempt:
                 backoff = backoff.next()
                 backoff.sleep()
+            conn = self._checkout(fresh=attempt > 0)  # a retry never meets a stale idle connection
+            reusable = False
             try:
-                conn = self._conn()
                 conn.request(method, path, body=data, headers=self._signer.signed_headers(method, self._netloc, path, extra))
                 resp = conn.getresponse()
                 body = resp.read()
+                reusable = not resp.will_close
             except (OSError, http.client.HTTPException) as exc:  # reset, refused, timeout, bad status line
-                self._drop()
                 last = LeanS3Error(0, type(exc).__name__, str(exc) or "connection failed")
                 continue
+            finally:
+                self._checkin(conn, reusable)
             if resp.status in ok:
                 return resp.status, body
             code = _CODE.search(body)
             message = _MESSAGE.search(body)
             last = LeanS3Error(resp.status, code.group(1).decode("utf-8", "replace") if code else str(resp.status),
                                message.group(1).decode("utf-8", "replace") if message else resp.reason)
-            if resp.will_close:
-                self._drop()
             if resp.status not in _RETRY_STATUS:
                 raise last
         assert last is not None
         raise last
 
     def close(self) -> None:
+        """Close the idle connections; one in use is closed when its request ends."""
         with self._lock:
-            conns, self._all = self._all, []
+            self._closed = True
+            conns, self._idle = self._idle, []
         for c in conns:
             try:
                 c.close()

@@ -346,14 +346,17 @@ def test_malformed_requests_get_the_json_error_body(http_service, request_bytes,
     assert http_service.get("/health")[0] == 200  # still serving
 
 
-def test_http_errors_are_json(http_service):
+@pytest.mark.parametrize("method", ["POST", "PUT", "DELETE", "BREW"])
+def test_http_errors_are_json(http_service, method):
     status, body = http_service.get("/nope")
     assert status == 404
     assert json.loads(body)["error_type"] == "NotFound"
-    got, headers, body = parse_answer(raw_until_closed("127.0.0.1", http_service.port,
-                                                       b"BREW /health HTTP/1.1\r\nConnection: close\r\n\r\n"))
-    assert (got, headers["content-type"]) == (501, "application/json")
-    assert json.loads(body)["error_type"] == "HttpProtocolError"
+    got, headers, body = parse_answer(raw_until_closed(
+        "127.0.0.1", http_service.port,
+        f"{method} /health HTTP/1.1\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{{}}".encode(),
+    ))
+    assert (got, headers["content-type"], headers["allow"]) == (405, "application/json", "GET")
+    assert json.loads(body)["error_type"] == "MethodNotAllowed"
 
 
 def test_once_compacts_each_log_and_exits(llog_env, writer, meta, reader):

@@ -350,17 +350,18 @@ def test_a_produce_request_id_is_logged_on_the_flush_it_joined(cluster: Cluster,
 
 
     caplog.set_level(logging.DEBUG, logger="server")
-    broker = cluster.broker(batch=BatchConfig(max_delay_ms=1))
+    # Flushes are cut by size only (2 bytes; the delay never comes): "xx" fills
+    # the first, and "a" with "b" the second, however the threads interleave.
+    broker = cluster.broker(batch=BatchConfig(max_bytes=2, max_delay_ms=60_000))
     cluster.writer.block.set()
-    first, _ = in_thread(lambda: broker.produce(body(("t", 0, ["x"]))))
-    assert cluster.writer.entered.wait(10)  # this flush is held: the next two requests share the next one
+    first, _ = in_thread(lambda: broker.produce(body(("t", 0, ["xx"]))))
+    assert cluster.writer.entered.wait(10)  # the first flush is held while the next two requests arrive
     a, out_a = in_thread(lambda: broker.produce(body(("t", 0, ["a"]))))
     b, out_b = in_thread(lambda: broker.produce(body(("t", 1, ["b"]))))
     def ids() -> list[str]:
         return re.findall(r"produce (\w{12}): ", caplog.text)
 
-    # Both requests are in the producer's buffer (3 payload bytes with the held one).
-    wait_until(lambda: len(ids()) == 3 and broker.producer.inflight_bytes >= 3, 10, "both requests buffered")
+    wait_until(lambda: len(ids()) == 3 and broker.producer.inflight_bytes >= 4, 10, "both requests buffered")
     cluster.writer.block.clear()
     cluster.writer.release.set()
     for t in (first, a, b):

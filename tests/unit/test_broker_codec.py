@@ -50,6 +50,15 @@ def test_malformed_bodies(body: bytes) -> None:
     assert info.value.field is None
 
 
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-16-be", "utf-32", "utf-32-be", "utf-8-sig"])
+def test_a_body_in_another_encoding_than_utf8_is_refused(encoding: str) -> None:
+    # json.loads(bytes) would detect these and accept them; the contract is UTF-8 JSON text.
+    body = json.dumps(produce_doc()).encode(encoding)
+    with pytest.raises(InvalidField) as info:
+        parse_json_body(body)
+    assert info.value.field is None
+
+
 # -- produce ---------------------------------------------------------------------------------
 
 

@@ -176,11 +176,13 @@ def cluster() -> Iterator[Cluster]:
         yield c
 
 
-def _raw(port: int, data: bytes) -> tuple[int, dict[str, Any]]:
-    """Raw bytes on a fresh connection; the status and JSON body of the answer."""
+def _raw(port: int, data: bytes, *, hold_open: bool = False) -> tuple[int, dict[str, Any]]:
+    """Raw bytes on a fresh connection; the status and JSON body of the answer.
+    ``hold_open``: keep sending side open (a client that stalls) instead of ending it."""
     with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
         s.sendall(data)
-        s.shutdown(socket.SHUT_WR)
+        if not hold_open:
+            s.shutdown(socket.SHUT_WR)
         answer = b""
         while chunk := s.recv(65536):
             answer += chunk
@@ -188,14 +190,17 @@ def _raw(port: int, data: bytes) -> tuple[int, dict[str, Any]]:
     return int(head.split()[1]), json.loads(payload)
 
 
-def _over_http(cluster: Cluster, data: bytes, prepare: Callable[[Any], None] = lambda broker: None):
-    broker = cluster.broker()
+def _over_http(
+    cluster: Cluster, data: bytes, prepare: Callable[[Any], None] = lambda broker: None, *,
+    hold_open: bool = False, **config: Any,
+):
+    broker = cluster.broker(**config)
     server = BrokerHTTPServer(broker)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     try:
         prepare(broker)
-        return _raw(server.server_address[1], data)
+        return _raw(server.server_address[1], data, hold_open=hold_open)
     finally:
         server.shutdown()
         server.server_close()
@@ -270,6 +275,10 @@ SCENARIOS: dict[str, list[Callable[[Cluster], tuple[int, dict[str, Any]]]]] = {
     "MethodNotAllowed": [lambda c: _over_http(c, b"DELETE /produce HTTP/1.1\r\nHost: x\r\n\r\n")],
     "AppendFailed": [_fenced],
     "LengthRequired": [lambda c: _over_http(c, b"POST /produce HTTP/1.1\r\nHost: x\r\n\r\n")],
+    "RequestTimeout": [  # a body that stops short of its Content-Length
+        lambda c: _over_http(c, b"POST /produce HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n{}",
+                             hold_open=True, http_read_timeout_ms=200),
+    ],
     "RequestTooLarge": [
         lambda c: _answer(c.broker(max_records_per_request=1).produce(body(("t", 0, ["a", "b"])))),
         lambda c: _over_http(c, b"POST /produce HTTP/1.1\r\nContent-Length: 999999999\r\n\r\n"),

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import datetime
 import hashlib
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -56,3 +58,61 @@ def test_secret_is_not_in_repr():
 def test_endpoint_must_be_http():
     with pytest.raises(ValueError, match="http"):
         LeanS3Client("ftp://x", AWS_EXAMPLE)
+
+
+class _CountingS3(BaseHTTPRequestHandler):
+    """Answers every GET with 10 bytes (keep-alive), counting the connections it was given."""
+
+    protocol_version = "HTTP/1.1"
+
+    def setup(self) -> None:
+        super().setup()
+        with self.server.lock:
+            self.server.opened += 1
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        if self.server.barrier is not None:
+            self.server.barrier.wait(10)
+        self.send_response(200)
+        self.send_header("Content-Length", "10")
+        self.end_headers()
+        self.wfile.write(b"x" * 10)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture
+def s3_server():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _CountingS3)
+    server.daemon_threads = True
+    server.lock, server.opened, server.barrier = threading.Lock(), 0, None
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_connection_is_reused_across_threads_and_none_outlives_its_use(s3_server):
+    # The broker answers each HTTP connection on a new thread: a connection
+    # kept per thread stayed open after its thread ended, one socket each.
+    url = f"http://127.0.0.1:{s3_server.server_address[1]}"
+    client = LeanS3Client(url, AWS_EXAMPLE)
+    for _ in range(30):
+        t = threading.Thread(target=client.get, args=("b", "k"))
+        t.start()
+        t.join()
+    assert s3_server.opened == 1
+    assert client.idle_connections == 1
+    client.close()
+    client = LeanS3Client(url, AWS_EXAMPLE, max_idle_connections=4)
+    s3_server.opened = 0
+    s3_server.barrier = threading.Barrier(8)  # eight GETs in flight at once: eight connections
+    threads = [threading.Thread(target=client.get, args=("b", "k")) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert s3_server.opened == 8 and client.idle_connections == 4  # the rest were closed when given back
+    client.close()
+    assert client.idle_connections == 0
