@@ -13,13 +13,20 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 
-from server._protocol.records import ENTRY_COMPACTED, CompactionCursor, CompactionRecord, ControlRecord, IndexEntry
+from server._protocol.records import (
+    CompactionCursor,
+    CompactionRecord,
+    CompactionState,
+    ControlRecord,
+    EntryType,
+    IndexEntry,
+    LogState,
+)
 from server._storage.metastore import InMemoryMetadataStore
 
 __all__ = ["Entry", "LogView", "Snapshotter", "check_log", "describe"]
 
 TP = tuple[str, int]
-_DELETING, _UPDATING = "DELETING_OLD", "UPDATING_CURSOR"
 
 
 @dataclass(frozen=True)
@@ -76,7 +83,7 @@ class Snapshotter:
             if kind == "index":
                 e = self._decode(version, value, IndexEntry.decode)
                 end = int(name)
-                view.entries.append(Entry(end - e.msg_count + 1, end, e.type == ENTRY_COMPACTED, e.data_key))
+                view.entries.append(Entry(end - e.msg_count + 1, end, e.type == EntryType.COMPACTED, e.data_key))
             elif name == "control":
                 view.control = self._decode(version, value, ControlRecord.decode)
             elif name == "compaction-cursor":
@@ -132,12 +139,12 @@ def check_log(tp: TP, v: LogView, prev: LogView | None, objects: set[str]) -> li
     if prev is not None and prev.control is not None:
         if S < prev.counter:
             bad.append(f"{name}: sequence_counter went back {prev.counter} -> {S} [8.1.2]")
-        if prev.control.log_state == "FENCED" and c.log_state == "FENCED" and S != prev.counter:
+        if prev.control.log_state == LogState.FENCED and c.log_state == LogState.FENCED and S != prev.counter:
             bad.append(f"{name}: sequence_counter moved {prev.counter} -> {S} while FENCED [8.1.3]")
         if prev.cursor is not None and v.cursor is not None and v.cursor < prev.cursor:
             bad.append(f"{name}: cursor went back {prev.cursor} -> {v.cursor} [8.1.7]")
     p = c.pending
-    if c.log_state == "FENCED" and p is not None:
+    if c.log_state == LogState.FENCED and p is not None:
         bad.append(f"{name}: FENCED with a pending append (a fence clears it, 7.6)")
     if p is not None:
         if p.end_offset != S - 1 or p.end_offset - p.start_offset + 1 != p.msg_count or p.start_offset < 1:
@@ -195,11 +202,11 @@ def check_log(tp: TP, v: LogView, prev: LogView | None, objects: set[str]) -> li
             bad.append(f"{name}: COMPACTED [{k.start}, {k.end}] at/above the cursor {cur} without its "
                        f"meta/compaction [8.2]")
     if rec is not None and cur is not None:
-        if rec.state == _DELETING and cur != rec.start_offset:
+        if rec.state == CompactionState.DELETING_OLD and cur != rec.start_offset:
             bad.append(f"{name}: DELETING_OLD [{rec.start_offset}, {rec.end_offset}] with cursor {cur} [8.1.9]")
-        if rec.state == _UPDATING and cur not in (rec.start_offset, rec.end_offset + 1):
+        if rec.state == CompactionState.UPDATING_CURSOR and cur not in (rec.start_offset, rec.end_offset + 1):
             bad.append(f"{name}: UPDATING_CURSOR [{rec.start_offset}, {rec.end_offset}] with cursor {cur} [8.1.9]")
-        if rec.state == "WRITING_COMPACTED_INDEX" and cur != rec.start_offset and any(
+        if rec.state == CompactionState.WRITING_COMPACTED_INDEX and cur != rec.start_offset and any(
             e.data_key == rec.data_key for e in v.entries
         ):
             bad.append(f"{name}: stale compaction [{rec.start_offset}, {rec.end_offset}] changed the index [8.1.9]")
