@@ -31,7 +31,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from testing._chaos_checker import FAILED, OK, UNKNOWN, ProducedBatch, ReadPass
+from testing.history import FAILED, OK, UNKNOWN, ProducedBatch, ReadPass
 from testing._chaos_cluster import ChaosCluster
 
 __all__ = [
