@@ -424,7 +424,8 @@ def check_settled(tp: TP, v: LogView) -> list[str]:
         expected = e.end + 1
         cur = v.cursor
         if cur is not None and (e.end >= cur if e.compacted else e.start < cur):
-            bad.append(f"{name}: {'COMPACTED' if e.compacted else 'WAL'} [{e.start}, {e.end}] on the wrong side "
+            kind = EntryType.COMPACTED if e.compacted else EntryType.WAL
+            bad.append(f"{name}: {kind} [{e.start}, {e.end}] on the wrong side "
                        f"of the cursor {cur} [8.2 quiet]")
     if expected != v.counter:
         bad.append(f"{name}: the index ends at {expected - 1}, the counter is {v.counter} "
