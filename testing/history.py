@@ -213,11 +213,12 @@ def _origin(tp: TP, offset: int, value: bytes, attempts: Sequence[Batch]) -> Vio
     to this partition, and not only by attempts that failed definitely."""
     if not attempts:
         return Violation("unexpected", tp[0], tp[1], offset, None, f"value {value[:60]!r} was never sent")
-    if all(a.outcome == FAILED for a in attempts):
-        b = attempts[-1]
-        return Violation("failed_present", tp[0], tp[1], offset, b.batch_id,
-                         f"{value!r} of a batch that failed ({b.detail}) is in the log{b.when}")
-    return None
+    for a in attempts:
+        if a.outcome != FAILED:
+            return None
+    b = attempts[-1]
+    return Violation("failed_present", tp[0], tp[1], offset, b.batch_id,
+                     f"{value!r} of a batch that failed ({b.detail}) is in the log{b.when}")
 
 
 class Tracker:

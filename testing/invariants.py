@@ -109,37 +109,39 @@ class Snapshotter:
         self._meta = meta
         self._head = root + "/"
         self._end = root + "/~/"  # deep enough to bound every topic (SPEC 3.3, discovery)
-        self._decoded: dict[str, tuple[int, object]] = {}
+        self._decoded: dict[str, tuple[int, TP | None, str | None, object]] = {}
 
     def views(self) -> dict[TP, LogView]:
         views: dict[TP, LogView] = {}
         decoded = self._decoded
-        cut = len(self._head)
         for rec in self._meta.range_scan(self._head, self._end, None):
-            parts = rec.key[cut:].split("/")
-            if len(parts) != 5 or parts[1] != "partitions" or not parts[2].isdigit():
+            hit = decoded.get(rec.key)
+            if hit is None or hit[0] != rec.version:
+                hit = decoded[rec.key] = (rec.version, *self._parse(rec.key, rec.value))
+            _, tp, attr, value = hit
+            if tp is None:
                 continue
-            kind, name = parts[3], parts[4]
-            if not (kind == "index" and name.isdigit()) and not (kind == "meta" and name in _DECODERS):
-                continue
-            tp = (parts[0], int(parts[2]))
             view = views.get(tp)
             if view is None:
                 view = views[tp] = LogView()
-            hit = decoded.get(rec.key)
-            if hit is None or hit[0] != rec.version:
-                if kind == "index":
-                    value = _entry(int(name), IndexEntry.decode(rec.value))
-                else:
-                    value = _DECODERS[name](rec.value)
-                hit = decoded[rec.key] = (rec.version, value)
-            if kind == "index":
-                view.entries.append(hit[1])
+            if attr is None:
+                view.entries.append(value)  # the scan returns a log's index keys in end offset order
             else:
-                setattr(view, _FIELDS[name], hit[1])
-        for view in views.values():
-            view.entries.sort(key=lambda e: e.end)
+                setattr(view, attr, value)
         return views
+
+    def _parse(self, key: str, raw: bytes) -> tuple[TP | None, str | None, object]:
+        """(log, LogView attribute or None for an index entry, decoded value);
+        (None, None, None) for a key that is not part of a view."""
+        parts = key[len(self._head):].split("/")
+        if len(parts) != 5 or parts[1] != "partitions" or not parts[2].isdigit():
+            return None, None, None
+        tp, kind, name = (parts[0], int(parts[2])), parts[3], parts[4]
+        if kind == "index" and name.isdigit():
+            return tp, None, _entry(int(name), IndexEntry.decode(raw))
+        if kind == "meta" and name in _DECODERS:
+            return tp, _FIELDS[name], _DECODERS[name](raw)
+        return None, None, None
 
 
 def read_log(meta: MetadataStore, keys: PartitionKeys) -> LogView:

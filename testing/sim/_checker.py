@@ -106,7 +106,7 @@ class Checker:
                 tp = self._tps[self._scan_turn % len(self._tps)]
                 read = self._scan(bad, tp, SCANS[(self._scan_turn // len(self._tps)) % len(SCANS)])
                 if read is not None:
-                    bad += self._lines(check(h.attempts, [read]).violations)
+                    bad += self._lines(check([a for a in h.attempts if a.tp == tp], [read]).violations)
                 self._scan_turn += 1
         if bad:
             self._fail(bad)

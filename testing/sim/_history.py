@@ -46,7 +46,8 @@ class Attempt:
 @dataclass
 class History:
     attempts: list[Attempt] = field(default_factory=list)
-    by_payload: dict[bytes, list[Attempt]] = field(default_factory=dict)
+    sent: dict[tuple[TP, bytes], list[Attempt]] = field(default_factory=dict)
+    """(log, payload) -> the attempts that sent it."""
     acked_offsets: dict[TP, list[int]] = field(default_factory=dict)
     """Acknowledged offsets per log in acknowledgement order (for sampling)."""
     reads: list[tuple[str, TP, int, bytes]] = field(default_factory=list)
@@ -60,17 +61,17 @@ class History:
     """Acknowledged since the checker last looked."""
 
     def begin(self, actor: str, tp: TP, payloads: tuple[bytes, ...]) -> Attempt:
-        earlier = self.by_payload.get(payloads[0]) if payloads else None
-        retry_of = earlier[0].batch_id if earlier and (earlier[0].tp, earlier[0].payloads) == (tp, payloads) else None
+        earlier = self.sent.get((tp, payloads[0])) if payloads else None
+        retry_of = earlier[0].batch_id if earlier and earlier[0].payloads == payloads else None
         attempt = Attempt(f"{actor}#{len(self.attempts)}", actor, tp, payloads, retry_of=retry_of)
         self.attempts.append(attempt)
         for p in payloads:
-            self.by_payload.setdefault(p, []).append(attempt)
+            self.sent.setdefault((tp, p), []).append(attempt)
         return attempt
 
     def attempts_of(self, tp: TP, payload: bytes) -> list[Attempt]:
         """The attempts that sent ``payload`` to ``tp``."""
-        return [a for a in self.by_payload.get(payload, ()) if a.tp == tp]
+        return self.sent.get((tp, payload), [])
 
     def acknowledge(self, attempt: Attempt, start: int, end: int) -> None:
         attempt.outcome, attempt.start_offset, attempt.end_offset = Outcome.OK, start, end
