@@ -237,7 +237,8 @@ def run(opts: ChaosOptions, say: Callable[[str], None] = print) -> ChaosReport:
         while not stop.wait(min(opts.progress_s, max(0.0, opts.seconds - (time.monotonic() - t0)))):
             elapsed = time.monotonic() - t0
             requests, outcomes = history.snapshot()
-            say(f"[chaos] {elapsed:5.1f}s requests {requests} batches {outcomes} kills {dict(nemesis.kills)} "
+            batches = {str(k): v for k, v in outcomes.items()}  # "ok", not Outcome.OK
+            say(f"[chaos] {elapsed:5.1f}s requests {requests} batches {batches} kills {dict(nemesis.kills)} "
                 f"live brokers {len(cluster.live_brokers())}/{opts.brokers}")
             if elapsed >= opts.seconds:
                 stop.set()
