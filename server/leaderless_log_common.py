@@ -28,18 +28,20 @@ from ._protocol.keys import (
     validate_topic,
 )
 from ._protocol.records import (
-    ENTRY_COMPACTED,
-    ENTRY_WAL,
-    LOG_STATE_FENCED,
-    LOG_STATE_OPEN,
     CompactionCursor,
     CompactionRecord,
     CompactorClaim,
     ControlRecord,
+    EntryType,
     IndexEntry,
+    LogState,
     PendingAppend,
 )
 from ._protocol.structs import AppendResult, ReadRecord, SharedAppendGroup
+
+# The seed's names of the states.
+ENTRY_COMPACTED, ENTRY_WAL = EntryType.COMPACTED, EntryType.WAL
+LOG_STATE_FENCED, LOG_STATE_OPEN = LogState.FENCED, LogState.OPEN
 
 __all__ = [
     "BATCH_ENCODING",
@@ -59,10 +61,9 @@ __all__ = [
     "parse_s3_uri",
     "validate_partition",
     "validate_topic",
-    "ENTRY_COMPACTED",
-    "ENTRY_WAL",
-    "LOG_STATE_FENCED",
-    "LOG_STATE_OPEN",
+    "EntryType",
+    "LogState",
+    "ENTRY_COMPACTED", "ENTRY_WAL", "LOG_STATE_FENCED", "LOG_STATE_OPEN",
     "CompactionCursor",
     "CompactionRecord",
     "CompactorClaim",

@@ -10,5 +10,17 @@ from __future__ import annotations
 
 from ._compaction.compactor import *  # noqa: F401,F403  (the names in its __all__)
 from ._compaction.compactor import __all__ as _compactor_names
+from ._protocol.records import CompactionState
 
-__all__ = [*_compactor_names]
+# The seed's names of the compaction states.
+STATE_WRITING_COMPACTED_INDEX = CompactionState.WRITING_COMPACTED_INDEX
+STATE_DELETING_OLD = CompactionState.DELETING_OLD
+STATE_UPDATING_CURSOR = CompactionState.UPDATING_CURSOR
+
+__all__ = [
+    *_compactor_names,
+    "CompactionState",
+    "STATE_WRITING_COMPACTED_INDEX",
+    "STATE_DELETING_OLD",
+    "STATE_UPDATING_CURSOR",
+]

@@ -10,4 +10,7 @@ protocol bugs lives here, and the product never imports it.
 - ``chaos``: the fault run on real processes (brokers, compactor services,
   Oxia and MinIO killed and paused), its history checked for lost and
   duplicated records. ``python -m testing.chaos --seconds 60``
+- ``invariants``: SPEC 8 on a log's metadata, for the simulator and the tests.
+- ``history``: the produce history and its Jepsen-style checker, for the
+  simulator and the chaos run.
 """

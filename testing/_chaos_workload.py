@@ -39,7 +39,7 @@ from server._protocol.outcomes import (
     answer_outcome,
     item_outcome,
 )
-from testing._chaos_checker import FAILED, OK, UNKNOWN, ProducedBatch, ReadPass
+from testing.history import FAILED, OK, UNKNOWN, ProducedBatch, ReadPass
 from testing._chaos_cluster import ChaosCluster
 
 __all__ = [

@@ -19,7 +19,7 @@ Then it restarts whatever is down, checks every broker takes a produce
 again, reads every partition from offset 1 with ``LeaderlessLogReader`` and
 through every broker's ``/consume``, waits (``--compaction-wait``) for the
 compactor to catch up, reads with the library once more, and checks the
-history against the reads (``testing/_chaos_checker.py``: lost, duplicated,
+history against the reads (``testing/history.py``: lost, duplicated,
 failed-but-present, partial and torn batches, values never sent, unreadable
 offsets, reads that disagree). Liveness is checked too: ``unavailable`` (a
 broker did not take a produce again) and ``compaction_stalled``.
@@ -45,7 +45,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from testing._chaos_checker import KINDS, OK, CheckResult, ReadPass, Violation, check
+from testing.history import KINDS, OK, CheckResult, ReadPass, Violation, check
 from testing._chaos_cluster import ChaosCluster
 from testing._chaos_workload import (
     History,
@@ -237,7 +237,8 @@ def run(opts: ChaosOptions, say: Callable[[str], None] = print) -> ChaosReport:
         while not stop.wait(min(opts.progress_s, max(0.0, opts.seconds - (time.monotonic() - t0)))):
             elapsed = time.monotonic() - t0
             requests, outcomes = history.snapshot()
-            say(f"[chaos] {elapsed:5.1f}s requests {requests} batches {outcomes} kills {dict(nemesis.kills)} "
+            batches = {str(k): v for k, v in outcomes.items()}  # "ok", not Outcome.OK
+            say(f"[chaos] {elapsed:5.1f}s requests {requests} batches {batches} kills {dict(nemesis.kills)} "
                 f"live brokers {len(cluster.live_brokers())}/{opts.brokers}")
             if elapsed >= opts.seconds:
                 stop.set()

@@ -56,15 +56,14 @@ from server._protocol.record_spans import spans_of  # noqa: E402
 from server._errors import PartitionNotInitialized  # noqa: E402
 from server._protocol.keys import LogLayout  # noqa: E402
 from server._protocol.records import (  # noqa: E402
-    ENTRY_COMPACTED,
-    ENTRY_WAL,
-    LOG_STATE_FENCED,
-    LOG_STATE_OPEN,
     CompactionCursor,
     CompactionRecord,
+    CompactionState,
     CompactorClaim,
     ControlRecord,
+    EntryType,
     IndexEntry,
+    LogState,
     PendingAppend,
 )
 
@@ -194,7 +193,7 @@ def _oxia_values(blob: bytes) -> dict[str, tuple[str, bytes, bool]]:
         start_offset=1,
         end_offset=2,
         msg_count=2,
-        entry_type=ENTRY_WAL,
+        entry_type=EntryType.WAL,
         data_key=wal_uri,
         encoding=BATCH_ENCODING,
         byte_offset=parts[0].body_offset,
@@ -202,7 +201,7 @@ def _oxia_values(blob: bytes) -> dict[str, tuple[str, bytes, bool]]:
         created_at_ms=CREATED_AT_MS,
     )
     compacted = IndexEntry(
-        type=ENTRY_COMPACTED,
+        type=EntryType.COMPACTED,
         msg_count=5,
         data_key=compacted_uri,
         encoding=BATCH_ENCODING,
@@ -212,7 +211,7 @@ def _oxia_values(blob: bytes) -> dict[str, tuple[str, bytes, bool]]:
     )
     compaction = CompactionRecord(
         compaction_id=COMPACTION_ID,
-        state="DELETING_OLD",
+        state=CompactionState.DELETING_OLD,
         start_offset=1,
         end_offset=5,
         msg_count=5,
@@ -222,9 +221,9 @@ def _oxia_values(blob: bytes) -> dict[str, tuple[str, bytes, bool]]:
         last_entry_start_offset=4,
     )
     return {
-        "control-open.json": (keys.control, ControlRecord(LOG_STATE_OPEN, 1, None).encode(), False),
-        "control-pending.json": (keys.control, ControlRecord(LOG_STATE_OPEN, 3, pending).encode(), False),
-        "control-fenced.json": (keys.control, ControlRecord(LOG_STATE_FENCED, 3, None).encode(), False),
+        "control-open.json": (keys.control, ControlRecord(LogState.OPEN, 1, None).encode(), False),
+        "control-pending.json": (keys.control, ControlRecord(LogState.OPEN, 3, pending).encode(), False),
+        "control-fenced.json": (keys.control, ControlRecord(LogState.FENCED, 3, None).encode(), False),
         "index-wal-shared.json": (keys.index(2), pending.index_entry().encode(), False),
         "index-compacted.json": (keys.index(5), compacted.encode(), False),
         "compaction-cursor.json": (keys.compaction_cursor, CompactionCursor(1).encode(), False),

@@ -46,14 +46,11 @@ from .._protocol.codec import BATCH_ENCODING, encode_batch
 from .._protocol.constants import REFERENCE_DEADLINE_MS
 from .._protocol.keys import LogLayout, PartitionKeys
 from .._protocol.records import (
-    ENTRY_COMPACTED,
-    ENTRY_WAL,
-    STATE_DELETING_OLD,
-    STATE_UPDATING_CURSOR,
-    STATE_WRITING_COMPACTED_INDEX,
     CompactionCursor,
     CompactionRecord,
+    CompactionState,
     ControlRecord,
+    EntryType,
     IndexEntry,
 )
 from .._storage.metastore import EXPECT_ABSENT, MetadataStore, Record
@@ -67,9 +64,6 @@ __all__ = [
     "LeaderlessLogCompactor",
     "CompactionOutcome",
     "CompactionResult",
-    "STATE_WRITING_COMPACTED_INDEX",
-    "STATE_DELETING_OLD",
-    "STATE_UPDATING_CURSOR",
     "DEFAULT_MAX_OFFSETS",
     "DEFAULT_MAX_BYTES",
     "DEFAULT_MAX_REFERENCE_AGE_MS",
@@ -242,7 +236,7 @@ class LeaderlessLogCompactor(Closeable):
             return replace(base, outcome=CompactionOutcome.ABANDONED, data_key=data_key)
         record = CompactionRecord(
             compaction_id=str(self.runtime.ids.uuid4()),
-            state=STATE_WRITING_COMPACTED_INDEX,
+            state=CompactionState.WRITING_COMPACTED_INDEX,
             start_offset=start,
             end_offset=end,
             msg_count=end - start + 1,
@@ -272,7 +266,7 @@ class LeaderlessLogCompactor(Closeable):
                 expected_version=last_rec.version,
             )
             self._step("end_key_rewritten")
-            record, version = self._set_state(keys, record, version, STATE_DELETING_OLD)
+            record, version = self._set_state(keys, record, version, CompactionState.DELETING_OLD)
         except VersionConflict:
             pass
         self._stage("rewrite_end_key", t)
@@ -332,7 +326,7 @@ class LeaderlessLogCompactor(Closeable):
                 recovered = created is not None and not recovery.drop_if_redundant(self._meta, keys, pending, created)
                 if recovered:
                     self.metrics.inc("compactor_pending_recoveries_total")
-            elif IndexEntry.decode(entry.value).type == ENTRY_COMPACTED:
+            elif IndexEntry.decode(entry.value).type == EntryType.COMPACTED:
                 try:  # a conflict: a writer appended meanwhile, its reservation replaced the pending
                     self._meta.put(keys.control, control.with_pending(None).encode(), keys.partition_key,
                                    expected_version=rec.version)
@@ -355,7 +349,7 @@ class LeaderlessLogCompactor(Closeable):
                 break
             entry = IndexEntry.decode(rec.value)
             batch = ResolvedBatch(entry.start_offset(end), end, entry)
-            if entry.type != ENTRY_WAL or batch.start_offset != expected_start or end > limit:
+            if entry.type != EntryType.WAL or batch.start_offset != expected_start or end > limit:
                 break
             size = entry.byte_length or 0
             if selected and (count + entry.msg_count > max_offsets or nbytes + size > self.max_bytes_per_run):
@@ -379,15 +373,15 @@ class LeaderlessLogCompactor(Closeable):
     def _drive(self, keys: PartitionKeys, record: CompactionRecord, version: int) -> CompactionOutcome:
         """Carry a compaction record from its state to the end (SPEC 7.7, resume)."""
         while True:
-            if record.state == STATE_WRITING_COMPACTED_INDEX:
+            if record.state == CompactionState.WRITING_COMPACTED_INDEX:
                 if self._cursor(keys)[0] != record.start_offset:
                     self._delete_record(keys, version)
                     return CompactionOutcome.ABANDONED
                 end_rec = self._meta.get(keys.index(record.end_offset), keys.partition_key)
                 entry = None if end_rec is None else IndexEntry.decode(end_rec.value)
-                if entry is not None and entry.type == ENTRY_COMPACTED and entry.data_key == record.data_key:
+                if entry is not None and entry.type == EntryType.COMPACTED and entry.data_key == record.data_key:
                     pass  # K6 already happened
-                elif entry is not None and entry.type == ENTRY_WAL and self._is_selected_tail(record, entry):
+                elif entry is not None and entry.type == EntryType.WAL and self._is_selected_tail(record, entry):
                     try:
                         self._meta.put(
                             keys.index(record.end_offset), self._compacted_entry(record).encode(),
@@ -400,11 +394,11 @@ class LeaderlessLogCompactor(Closeable):
                     log.info("compaction %s of %s is no longer valid; dropping it", record.compaction_id, keys.tp)
                     self._delete_record(keys, version)
                     return CompactionOutcome.ABANDONED
-                record, version = self._set_state(keys, record, version, STATE_DELETING_OLD)
-            elif record.state == STATE_DELETING_OLD:
+                record, version = self._set_state(keys, record, version, CompactionState.DELETING_OLD)
+            elif record.state == CompactionState.DELETING_OLD:
                 end_rec = self._meta.get(keys.index(record.end_offset), keys.partition_key)
                 entry = None if end_rec is None else IndexEntry.decode(end_rec.value)
-                if entry is None or entry.type != ENTRY_COMPACTED or entry.data_key != record.data_key:
+                if entry is None or entry.type != EntryType.COMPACTED or entry.data_key != record.data_key:
                     raise InconsistentReadState(
                         f"compaction {record.compaction_id} is DELETING_OLD but its end key is not its "
                         "COMPACTED entry; refusing to delete the lower keys",
@@ -414,8 +408,8 @@ class LeaderlessLogCompactor(Closeable):
                 self._meta.delete_range(keys.index(record.start_offset), keys.index(record.end_offset), keys.partition_key)
                 self._stage("delete_lower_keys", t)
                 self._step("lower_keys_deleted")
-                record, version = self._set_state(keys, record, version, STATE_UPDATING_CURSOR)
-            elif record.state == STATE_UPDATING_CURSOR:
+                record, version = self._set_state(keys, record, version, CompactionState.UPDATING_CURSOR)
+            elif record.state == CompactionState.UPDATING_CURSOR:
                 self._advance_cursor(keys, record.end_offset + 1)
                 self._step("cursor_advanced")
                 self._delete_record(keys, version)
@@ -483,7 +477,7 @@ class LeaderlessLogCompactor(Closeable):
     @staticmethod
     def _compacted_entry(record: CompactionRecord) -> IndexEntry:
         return IndexEntry(
-            type=ENTRY_COMPACTED,
+            type=EntryType.COMPACTED,
             msg_count=record.msg_count,
             data_key=record.data_key,
             encoding=BATCH_ENCODING,

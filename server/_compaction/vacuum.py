@@ -57,10 +57,10 @@ from .._protocol.codec import decode_shared_header
 from .._protocol.constants import MIN_SAFE_GRACE_MS, REFERENCE_DEADLINE_MS
 from .._protocol.keys import LogLayout, PartitionKeys, TopicPartition
 from .._protocol.records import (
-    ENTRY_WAL,
     CompactionCursor,
     CompactionRecord,
     ControlRecord,
+    EntryType,
     IndexEntry,
 )
 from .._storage.metastore import MetadataStore
@@ -415,7 +415,7 @@ class Vacuum(Closeable):
             if end is None:
                 continue
             entry = IndexEntry.decode(rec.value)
-            if self.delete_redundant_entries and entry.type == ENTRY_WAL and end < cursor:
+            if self.delete_redundant_entries and entry.type == EntryType.WAL and end < cursor:
                 if self._drop_redundant(state, keys, rec.key, rec.version):
                     continue
             refs.indexed.add(entry.data_key)

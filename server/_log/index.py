@@ -12,7 +12,7 @@ never overlap, so no later key can hold ``x``.
 from __future__ import annotations
 
 from .._protocol.keys import PartitionKeys
-from .._protocol.records import ENTRY_WAL, IndexEntry
+from .._protocol.records import EntryType, IndexEntry
 from .._storage.metastore import MetadataStore
 
 __all__ = ["covering_entry"]
@@ -29,6 +29,6 @@ def covering_entry(store: MetadataStore, keys: PartitionKeys, offset: int) -> tu
         entry = IndexEntry.decode(rec.value)
         if entry.start_offset(end) <= offset:
             return end, entry
-        if entry.type != ENTRY_WAL:
+        if entry.type != EntryType.WAL:
             return None
     return None

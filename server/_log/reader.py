@@ -47,7 +47,7 @@ from .._errors import (
 )
 from .._protocol.codec import BATCH_ENCODING, SHARED_MAGIC, decode_batch, decode_shared_header
 from .._protocol.keys import LogLayout, PartitionKeys, parse_s3_uri
-from .._protocol.records import ENTRY_COMPACTED, ENTRY_WAL, CompactionCursor, ControlRecord, IndexEntry
+from .._protocol.records import CompactionCursor, ControlRecord, EntryType, IndexEntry
 from .._protocol.structs import ReadRecord
 from .._storage.metastore import MetadataStore
 from .._storage.objectstore import ObjectStore
@@ -198,7 +198,7 @@ class LeaderlessLogReader(Closeable):
         pending = self._pending_batch(control)
         if pending is not None and pending.covers(offset):
             return pending
-        if ceiling_entry is not None and ceiling_entry.type == ENTRY_WAL:
+        if ceiling_entry is not None and ceiling_entry.type == EntryType.WAL:
             # The first key at or after the offset is a WAL entry starting
             # above it: a redundant entry left inside a compacted range (SPEC
             # 8.2, O3). The COMPACTED entry holding the offset ends further on.
@@ -364,7 +364,7 @@ class LeaderlessLogReader(Closeable):
                 break
             entry = IndexEntry.decode(rec.value)
             batch = ResolvedBatch(entry.start_offset(end), end, entry)
-            if entry.type == ENTRY_COMPACTED and batch.covers(offset):
+            if entry.type == EntryType.COMPACTED and batch.covers(offset):
                 self.metrics.inc("reader_missing_object_fallbacks_total")
                 return batch
         raise ObjectNotFound(
@@ -386,7 +386,7 @@ class LeaderlessLogReader(Closeable):
             entry = IndexEntry.decode(rec.value)
             batch = ResolvedBatch(entry.start_offset(entry_end), entry_end, entry)
             if batch.start_offset > next_offset:
-                if entry.type == ENTRY_WAL:
+                if entry.type == EntryType.WAL:
                     # A redundant WAL entry inside the compacted range that
                     # holds ``next_offset`` (SPEC 8.2, O3): that COMPACTED
                     # entry ends further on. (If there is none, the listing

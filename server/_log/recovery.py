@@ -18,10 +18,9 @@ import logging
 from .._errors import VersionConflict
 from .._protocol.keys import PartitionKeys
 from .._protocol.records import (
-    STATE_DELETING_OLD,
-    STATE_UPDATING_CURSOR,
     CompactionCursor,
     CompactionRecord,
+    CompactionState,
     PendingAppend,
 )
 from .._storage.metastore import EXPECT_ABSENT, MetadataStore
@@ -86,7 +85,7 @@ def drop_if_redundant(store: MetadataStore, keys: PartitionKeys, pending: Pendin
     if rec is not None:
         record = CompactionRecord.decode(rec.value)
         covered = (
-            record.state in (STATE_DELETING_OLD, STATE_UPDATING_CURSOR)
+            record.state in (CompactionState.DELETING_OLD, CompactionState.UPDATING_CURSOR)
             and record.start_offset <= pending.start_offset
             and pending.end_offset < record.end_offset
         )

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from .._protocol.codec import BATCH_ENCODING, encode_batch, encode_shared_blob
-from .._protocol.records import ENTRY_WAL, PendingAppend
+from .._protocol.records import EntryType, PendingAppend
 from .._protocol.structs import AppendResult, SharedAppendGroup
 from .._runtime import REAL_RUNTIME, Runtime
 
@@ -42,7 +42,7 @@ def build_staged(groups: Sequence[SharedAppendGroup], wal_uri: str, created_at_m
     templates = tuple(
         PendingAppend(
             append_id=str(runtime.ids.uuid4()), start_offset=0, end_offset=0, msg_count=len(g.payloads),
-            entry_type=ENTRY_WAL, data_key=wal_uri, encoding=BATCH_ENCODING,
+            entry_type=EntryType.WAL, data_key=wal_uri, encoding=BATCH_ENCODING,
             byte_offset=part.body_offset, byte_length=part.body_length, created_at_ms=created_at_ms,
         )
         for g, part in zip(groups, parts)

@@ -51,11 +51,10 @@ from .._errors import (
 )
 from .._protocol.keys import LogLayout, PartitionKeys, TopicPartition
 from .._protocol.records import (
-    ENTRY_WAL,
-    LOG_STATE_FENCED,
-    LOG_STATE_OPEN,
     CompactionCursor,
     ControlRecord,
+    EntryType,
+    LogState,
     PendingAppend,
 )
 from .._protocol.structs import AppendResult, SharedAppendGroup, validate_groups
@@ -149,24 +148,24 @@ class LeaderlessLogWriter(Closeable):
         try:
             version = self._meta.put(
                 keys.control,
-                ControlRecord(LOG_STATE_OPEN, 1, None).encode(),
+                ControlRecord(LogState.OPEN, 1, None).encode(),
                 keys.partition_key,
                 expected_version=EXPECT_ABSENT,
             )
         except VersionConflict:
             return False
         with self._cache_lock:
-            self._control_cache[keys.tp] = (ControlRecord(LOG_STATE_OPEN, 1, None), version)
+            self._control_cache[keys.tp] = (ControlRecord(LogState.OPEN, 1, None), version)
         self.metrics.inc("writer_partitions_initialized_total")
         return True
 
     def fence_partition(self, topic: str, partition: int) -> ControlRecord:
         """Set the log FENCED: later appends fail with PartitionFenced."""
-        return self._set_state(self.layout.partition(topic, partition), LOG_STATE_FENCED)
+        return self._set_state(self.layout.partition(topic, partition), LogState.FENCED)
 
     def unfence_partition(self, topic: str, partition: int) -> ControlRecord:
         """Set the log OPEN again."""
-        return self._set_state(self.layout.partition(topic, partition), LOG_STATE_OPEN)
+        return self._set_state(self.layout.partition(topic, partition), LogState.OPEN)
 
     def recover_pending(self, topic: str, partition: int) -> bool:
         """Materialize and clear a leftover ``pending`` append, if any.
@@ -329,7 +328,7 @@ class LeaderlessLogWriter(Closeable):
             start = control.sequence_counter
             end = start + template.msg_count - 1
             pending = PendingAppend(**{**template.__dict__, "start_offset": start, "end_offset": end})
-            reserved = ControlRecord(LOG_STATE_OPEN, end + 1, pending)
+            reserved = ControlRecord(LogState.OPEN, end + 1, pending)
             try:
                 reserved_version: int | None = self._meta.put(
                     keys.control, reserved.encode(), keys.partition_key, expected_version=version
@@ -416,7 +415,7 @@ class LeaderlessLogWriter(Closeable):
             covering = covering_entry(self._meta, keys, pending.end_offset)
         except LlogError:
             return _Landed.UNKNOWN, None
-        if covering is None or covering[1].type != ENTRY_WAL:
+        if covering is None or covering[1].type != EntryType.WAL:
             return _Landed.UNKNOWN, None
         entry_end, entry = covering
         ours = (

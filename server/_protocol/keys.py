@@ -13,8 +13,9 @@ Every key of one log lives under a root prefix (``LLOG_ROOT_PREFIX``, default
         {root}/{topic}/partitions/{partition}/data/compacted/{uuid}
         {root}/{topic}/partitions/{partition}/data/wal/{uuid}        (legacy, read only)
 
-Sort order: Oxia compares keys segment by segment on ``/``, and at each level
-a key with no further ``/`` sorts before every key that has one. The index
+Sort order (SPEC 3.3): Oxia compares keys segment by segment on ``/``, and at
+each level a key with no further ``/`` sorts before every key that has one;
+:func:`oxia_sort_key` is that order, for the in-memory stores. The index
 offsets are zero-padded to 20 digits so that within ``.../index/`` the
 segment order is the numeric order. ``[index/, index/~)`` therefore covers
 exactly one partition's index and nothing deeper, and because both ends share
@@ -43,6 +44,7 @@ __all__ = [
     "validate_root_prefix",
     "format_offset",
     "parse_s3_uri",
+    "oxia_sort_key",
 ]
 
 OFFSET_DIGITS = 20
@@ -97,6 +99,19 @@ def validate_root_prefix(root: object) -> str:
 def format_offset(offset: int) -> str:
     """Zero-pad an offset to the 20 digits the index keys use."""
     return f"{offset:0{OFFSET_DIGITS}d}"
+
+
+def oxia_sort_key(key: str) -> tuple[tuple[int, str], ...]:
+    """The sort key of Oxia's key order (its ``CompareWithSlash``, SPEC 3.3).
+
+    Every segment but the last becomes ``(1, segment)`` and the last
+    ``(0, segment)``. Tuples compare element by element, so the segments are
+    compared in turn, and at the first level where one key ends and the other
+    goes deeper the ``0`` puts the key that ends first. Python compares
+    strings by code point, which is the order of their UTF-8 bytes, Oxia's.
+    """
+    segments = key.split("/")
+    return (*((1, s) for s in segments[:-1]), (0, segments[-1]))
 
 
 def parse_s3_uri(uri: str) -> tuple[str, str]:

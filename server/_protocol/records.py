@@ -10,19 +10,16 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, replace
-from typing import Any
+from enum import StrEnum
+from typing import Any, TypeVar
 
 from .._errors import CorruptBatch
 from .codec import BATCH_ENCODING
 
 __all__ = [
-    "LOG_STATE_OPEN",
-    "LOG_STATE_FENCED",
-    "ENTRY_WAL",
-    "ENTRY_COMPACTED",
-    "STATE_WRITING_COMPACTED_INDEX",
-    "STATE_DELETING_OLD",
-    "STATE_UPDATING_CURSOR",
+    "LogState",
+    "EntryType",
+    "CompactionState",
     "PendingAppend",
     "ControlRecord",
     "IndexEntry",
@@ -33,15 +30,50 @@ __all__ = [
     "loads",
 ]
 
-LOG_STATE_OPEN = "OPEN"
-LOG_STATE_FENCED = "FENCED"
-ENTRY_WAL = "WAL"
-ENTRY_COMPACTED = "COMPACTED"
 
-# ``meta/compaction`` states (SPEC 4.5): the next step a compaction performs.
-STATE_WRITING_COMPACTED_INDEX = "WRITING_COMPACTED_INDEX"
-STATE_DELETING_OLD = "DELETING_OLD"
-STATE_UPDATING_CURSOR = "UPDATING_CURSOR"
+# StrEnums: a member is its JSON string (``LogState.OPEN == "OPEN"``), so the
+# encoded values are the protocol's bytes, and a decoded value outside the
+# enum is a corrupt record (SPEC 4: a field of the wrong type).
+
+
+class LogState(StrEnum):
+    """``meta/control.log_state`` (SPEC 4.1)."""
+
+    OPEN = "OPEN"
+    FENCED = "FENCED"
+    """No reservation succeeds: ``sequence_counter`` stays put (SPEC 8.1.3)."""
+
+
+class EntryType(StrEnum):
+    """``index/{end_offset}.type`` (SPEC 4.3) and ``pending.entry_type`` (4.2)."""
+
+    WAL = "WAL"
+    """One append's batch, in a shared WAL blob or a legacy per-append object."""
+    COMPACTED = "COMPACTED"
+    """A compacted range in one ``data/compacted/`` object."""
+
+
+class CompactionState(StrEnum):
+    """``meta/compaction.state`` (SPEC 4.5): the next step a compaction performs."""
+
+    WRITING_COMPACTED_INDEX = "WRITING_COMPACTED_INDEX"
+    DELETING_OLD = "DELETING_OLD"
+    UPDATING_CURSOR = "UPDATING_CURSOR"
+
+
+E = TypeVar("E", LogState, EntryType, CompactionState)
+# Decoding is on the read path: a dict lookup costs a tenth of an Enum call.
+_MEMBERS: dict[type, dict[str, Any]] = {
+    cls: {m.value: m for m in cls} for cls in (LogState, EntryType, CompactionState)
+}
+
+
+def _member(cls: type[E], value: object, field: str) -> E:
+    """The member of ``cls`` named by a decoded JSON value."""
+    try:
+        return _MEMBERS[cls][value]  # type: ignore[index]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown {field} {value!r}") from None
 
 
 def dumps(doc: dict[str, Any]) -> bytes:
@@ -76,7 +108,7 @@ class PendingAppend:
     start_offset: int
     end_offset: int
     msg_count: int
-    entry_type: str
+    entry_type: EntryType
     data_key: str
     """Full ``s3://bucket/key`` URI of the blob holding the batch."""
     encoding: str
@@ -106,7 +138,7 @@ class PendingAppend:
                 start_offset=int(doc["start_offset"]),
                 end_offset=int(doc["end_offset"]),
                 msg_count=int(doc["msg_count"]),
-                entry_type=str(doc.get("entry_type", ENTRY_WAL)),
+                entry_type=_member(EntryType, doc.get("entry_type", EntryType.WAL), "entry_type"),
                 data_key=str(doc["data_key"]),
                 encoding=str(doc.get("encoding", BATCH_ENCODING)),
                 byte_offset=_opt_int(doc, "byte_offset"),
@@ -133,7 +165,7 @@ class PendingAppend:
 class ControlRecord:
     """``meta/control``: log state, the next offset to assign, the pending append."""
 
-    log_state: str
+    log_state: LogState
     sequence_counter: int
     """The next offset to assign; the high watermark is ``sequence_counter - 1``."""
     pending: PendingAppend | None = None
@@ -144,7 +176,7 @@ class ControlRecord:
 
     @property
     def fenced(self) -> bool:
-        return self.log_state == LOG_STATE_FENCED
+        return self.log_state == LogState.FENCED
 
     def with_pending(self, pending: PendingAppend | None) -> ControlRecord:
         return replace(self, pending=pending)
@@ -164,11 +196,8 @@ class ControlRecord:
         doc = loads(raw, "meta/control")
         try:
             pending = doc.get("pending")
-            state = str(doc["log_state"])
-            if state not in (LOG_STATE_OPEN, LOG_STATE_FENCED):
-                raise ValueError(f"unknown log_state {state!r}")
             return cls(
-                log_state=state,
+                log_state=_member(LogState, doc["log_state"], "log_state"),
                 sequence_counter=int(doc["sequence_counter"]),
                 pending=None if pending is None else PendingAppend.from_json(pending),
             )
@@ -184,7 +213,7 @@ class IndexEntry:
     ``[end_offset - msg_count + 1, end_offset]``.
     """
 
-    type: str
+    type: EntryType
     msg_count: int
     data_key: str
     encoding: str
@@ -216,11 +245,8 @@ class IndexEntry:
     def decode(cls, raw: bytes) -> IndexEntry:
         doc = loads(raw, "index")
         try:
-            kind = str(doc["type"])
-            if kind not in (ENTRY_WAL, ENTRY_COMPACTED):
-                raise ValueError(f"unknown index entry type {kind!r}")
             return cls(
-                type=kind,
+                type=_member(EntryType, doc["type"], "index entry type"),
                 msg_count=int(doc["msg_count"]),
                 data_key=str(doc["data_key"]),
                 encoding=str(doc.get("encoding", BATCH_ENCODING)),
@@ -255,7 +281,7 @@ class CompactionRecord:
     """``meta/compaction``: the in-flight compaction, authoritative for resume."""
 
     compaction_id: str
-    state: str
+    state: CompactionState
     start_offset: int
     end_offset: int
     msg_count: int
@@ -289,7 +315,7 @@ class CompactionRecord:
         try:
             return cls(
                 compaction_id=str(doc["compaction_id"]),
-                state=str(doc["state"]),
+                state=_member(CompactionState, doc["state"], "compaction state"),
                 start_offset=int(doc["start_offset"]),
                 end_offset=int(doc["end_offset"]),
                 msg_count=int(doc["msg_count"]),

@@ -14,7 +14,6 @@ create-if-absent. Every call is counted and timed through ``LlogMetrics``.
 from __future__ import annotations
 
 import contextlib
-import functools
 import threading
 from dataclasses import dataclass
 from typing import Iterator, Protocol
@@ -22,6 +21,7 @@ from typing import Iterator, Protocol
 from .._config import OxiaConfig
 from .._errors import LlogError, MetadataStoreError, VersionConflict
 from .._metrics import LlogMetrics
+from .._protocol.keys import oxia_sort_key
 
 __all__ = [
     "EXPECT_ABSENT",
@@ -29,7 +29,6 @@ __all__ = [
     "MetadataStore",
     "OxiaMetadataStore",
     "InMemoryMetadataStore",
-    "compare_keys",
 ]
 
 EXPECT_ABSENT = -1
@@ -68,27 +67,6 @@ class MetadataStore(Protocol):
     def list_keys(self, min_key: str, max_key: str, partition_key: str | None = None) -> list[str]: ...
 
     def close(self) -> None: ...
-
-
-def compare_keys(a: str, b: str) -> int:
-    """Oxia's hierarchical order: segment by segment on '/', and at any level a
-    key with no further '/' sorts before one that has more segments."""
-    while a and b:
-        ia, ib = a.find("/"), b.find("/")
-        if ia < 0 and ib < 0:
-            return (a > b) - (a < b)
-        if ia < 0:
-            return -1
-        if ib < 0:
-            return 1
-        sa, sb = a[:ia], b[:ib]
-        if sa != sb:
-            return (sa > sb) - (sa < sb)
-        a, b = a[ia + 1:], b[ib + 1:]
-    return (len(a) > len(b)) - (len(a) < len(b))
-
-
-_sort_key = functools.cmp_to_key(compare_keys)
 
 
 class OxiaMetadataStore:
@@ -256,11 +234,12 @@ class InMemoryMetadataStore:
     def ceiling(self, key: str, partition_key: str) -> Record | None:
         with self._lock:
             self._enter("ceiling", key)
-            keys = sorted((k for k in self._data if compare_keys(k, key) >= 0), key=_sort_key)
-            if not keys:
+            query = oxia_sort_key(key)
+            found = min(((sk, k) for k in self._data if (sk := oxia_sort_key(k)) >= query), default=None)
+            if found is None:
                 return None
-            v, ver = self._data[keys[0]]
-            return Record(keys[0], v, ver)
+            v, ver = self._data[found[1]]
+            return Record(found[1], v, ver)
 
     def put(
         self,
@@ -301,18 +280,20 @@ class InMemoryMetadataStore:
     def delete_range(self, min_key: str, max_key: str, partition_key: str) -> None:
         with self._lock:
             self._enter("delete_range", min_key)
-            for k in [k for k in self._data if compare_keys(min_key, k) <= 0 < compare_keys(max_key, k)]:
+            for k in self._keys_in(min_key, max_key):
                 del self._data[k]
 
     def range_scan(self, min_key: str, max_key: str, partition_key: str | None) -> Iterator[Record]:
         with self._lock:
             self._enter("range_scan", min_key)
-            keys = sorted(
-                (k for k in self._data if compare_keys(min_key, k) <= 0 < compare_keys(max_key, k)),
-                key=_sort_key,
-            )
-            rows = [Record(k, *self._data[k]) for k in keys]
+            rows = [Record(k, *self._data[k]) for k in self._keys_in(min_key, max_key)]
         return iter(rows)
+
+    def _keys_in(self, min_key: str, max_key: str) -> list[str]:
+        """The keys in ``[min_key, max_key)``, in Oxia's order."""
+        lo, hi = oxia_sort_key(min_key), oxia_sort_key(max_key)
+        inside = sorted((sk, k) for k in self._data if lo <= (sk := oxia_sort_key(k)) < hi)
+        return [k for _, k in inside]
 
     def list_keys(self, min_key: str, max_key: str, partition_key: str | None = None) -> list[str]:
         return [r.key for r in self.range_scan(min_key, max_key, partition_key)]

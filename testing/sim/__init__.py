@@ -13,14 +13,15 @@ failing seed replays exactly. Modules, one job each:
 - ``_scheduler``: the baton between actor threads, the trace;
 - ``_stores``: store wrappers that make each call a scheduling point;
 - ``_actors``: what each simulated process does;
-- ``_history``: append outcomes and reads, for the checker;
-- ``_invariants``: SPEC 8 on raw metadata;
-- ``_checker``: invariants and reads after every step, and at the end;
+- ``_history``: append attempts, their outcomes and reads, for the checker;
+- ``_checker``: after every step and at the end, SPEC 8 on the raw metadata
+  (``testing/invariants.py``) and the history against reads
+  (``testing/history.py``);
 - ``_run``: one seed from start to verdict.
 """
 
 from ._faults import FaultRates
-from ._history import is_unknown_outcome
+from ..history import is_unknown_outcome
 from ._run import RunResult, SimConfig, SimFailure, run_seed
 
 __all__ = ["FaultRates", "RunResult", "SimConfig", "SimFailure", "is_unknown_outcome", "run_seed"]

@@ -28,7 +28,8 @@ from server._protocol.constants import REFERENCE_DEADLINE_MS
 from server._protocol.structs import SharedAppendGroup
 
 from ._clock import SimClock
-from ._history import UNKNOWN, History
+from ..history import Outcome
+from ._history import History
 from ._scheduler import Scheduler, SimCrash
 
 __all__ = ["World", "writer", "compactor", "fencer", "vacuum", "reader"]
@@ -129,12 +130,12 @@ def writer(world: World, name: str, rng: random.Random, tps: list[TP], appends: 
                 if r.error is not None:
                     h.fail(a, r.error)
                     if isinstance(r.error, ObjectNotFound):
-                        h.violations.append(f"{name}: append {a.id} failed with {r.error!r}")
+                        h.violations.append(f"{name}: append {a.batch_id} failed with {r.error!r}")
                 else:
                     h.acknowledge(a, r.start_offset, r.end_offset)
         # A producer that cannot tell whether its append landed may send it
         # again (at-least-once): the records may then appear twice.
-        retry = [(a.tp, a.payloads) for a in attempts if a.status == UNKNOWN and rng.random() < 0.5]
+        retry = [(a.tp, a.payloads) for a in attempts if a.outcome == Outcome.UNKNOWN and rng.random() < 0.5]
         if rng.random() < 0.05:
             _close(w)
             w = world.new_writer()

@@ -2,27 +2,29 @@
 
 After each step (every actor parked) the checker
 
-- runs the SPEC 8 structural checks (``_invariants``) on every log the step
-  wrote to, and checks that the high watermark and cursor never went back;
-- judges the history: each new acknowledgement and each record a reader
-  actor read must agree with every value seen before at that offset (one
-  value per offset, forever), must belong to an append that was not a
-  definite failure, and an acknowledged offset must hold its payload;
+- runs the SPEC 8 structural checks (``testing/invariants.py``) on every log
+  the step wrote to, against the previous view of the same log;
+- judges the history (``testing/history.py``): each new acknowledgement and
+  each record a reader actor read goes to a ``Tracker`` (one value per
+  offset, forever; a value must come from an append to that log that was not
+  a definite failure; an acknowledged offset must hold its payload);
 - reads through a *second* ``LeaderlessLogReader`` over the raw stores (no
   scheduling points, no faults): a sampled ``read_offset`` per written log
   per step (an acknowledged offset, or the first offset of an index entry,
   where boundary bugs live), and a full scan of one log every
   ``scan_every`` writing steps, rotating through ``iter_from``,
-  ``iter_runs``, ``read_range`` and ``scan_batches``.
+  ``iter_runs``, ``read_range`` and ``scan_batches``; a scan is checked for
+  order and, as a read pass, against the whole history.
 
 :meth:`Checker.final` repeats everything exhaustively once the run is over:
-every acknowledged offset, every scan flavour of every log, and duplicates.
+every acknowledged offset, every scan flavour of every log, all of them
+checked together against the history (lost, duplicated, partial and torn
+appends, reads that disagree).
 """
 
 from __future__ import annotations
 
 import random
-from collections import Counter
 
 from server._config import OxiaConfig, S3Config
 from server._errors import PartitionNotInitialized
@@ -30,17 +32,18 @@ from server._storage.metastore import InMemoryMetadataStore
 from server._storage.objectstore import InMemoryObjectStore
 from server.leaderless_log_reader import LeaderlessLogReader
 
-from ._history import FAILED, History
-from ._invariants import LogView, Snapshotter, check_log, describe
+from ..history import ReadPass, Tracker, Violation, check, check_order, check_spans
+from ..invariants import LogView, Snapshotter, check_log, describe, object_uris
+from ._history import History
 from ._pools import inline_pools
 
-__all__ = ["Checker", "Violation"]
+__all__ = ["Checker", "CheckFailed"]
 
 TP = tuple[str, int]
 SCANS = ("iter_from", "iter_runs", "read_range", "scan_batches")
 
 
-class Violation(Exception):
+class CheckFailed(Exception):
     """The run broke an invariant; the message lists what."""
 
 
@@ -49,14 +52,15 @@ class Checker:
                  oxia: OxiaConfig, s3: S3Config, tps: list[TP], rng: random.Random, *,
                  scan_every: int = 8) -> None:
         self._objects = objects
+        self._bucket = s3.bucket
         self._history = history
         self._tps = tps
         self._rng = rng
         self._scan_every = scan_every
         self._snap = Snapshotter(meta, oxia.root_prefix)
+        self._tracker = Tracker(history.attempts_of)
         self.reader = inline_pools(LeaderlessLogReader(oxia, s3, metadata_store=meta, object_store=objects))
         self._prev: dict[TP, LogView] = {}
-        self._first_seen: dict[TP, dict[int, bytes]] = {tp: {} for tp in tps}
         self._dirty: set[TP] = set()
         self._objects_dirty = True
         self._object_uris: set[str] = set()
@@ -82,14 +86,10 @@ class Checker:
             bad += h.violations
             h.violations = []
         for attempt in h.new_acks:
-            for i, payload in enumerate(attempt.payloads):
-                self._saw(bad, attempt.tp, attempt.start_offset + i, payload, f"ack of append {attempt.id}")
-            h.acked.setdefault(attempt.tp, {}).update(
-                (attempt.start_offset + i, p) for i, p in enumerate(attempt.payloads))
-            h.acked_offsets.setdefault(attempt.tp, []).extend(range(attempt.start_offset, attempt.end_offset + 1))
+            bad += self._lines(self._tracker.acknowledged(attempt))
         h.new_acks = []
         for actor, tp, offset, payload in h.reads:
-            self._saw(bad, tp, offset, payload, f"read by {actor}")
+            bad += self._lines(self._tracker.observe(tp, offset, payload, actor))
         h.reads = []
         if self._dirty:
             self._writes += 1
@@ -104,58 +104,54 @@ class Checker:
             self._dirty = set()
             if not bad and self._writes % self._scan_every == 0:
                 tp = self._tps[self._scan_turn % len(self._tps)]
-                self._scan(bad, tp, SCANS[(self._scan_turn // len(self._tps)) % len(SCANS)])
+                read = self._scan(bad, tp, SCANS[(self._scan_turn // len(self._tps)) % len(SCANS)])
+                if read is not None:
+                    bad += self._lines(check([a for a in h.attempts if a.tp == tp], [read]).violations)
                 self._scan_turn += 1
         if bad:
             self._fail(bad)
 
     def final(self) -> None:
-        """Everything, exhaustively: every acknowledged offset, every scan."""
+        """Everything, exhaustively: every acknowledged offset, every scan, and
+        all of them together against the history."""
         bad: list[str] = []
         views = self._snap.views()
         objects = self._uris()
         for tp in self._tps:
             bad += check_log(tp, views.get(tp, LogView()), self._prev.get(tp), objects)
+        point: dict[TP, dict[int, bytes]] = {}
+        scans: dict[str, dict[TP, dict[int, bytes]]] = {}
         for tp in self._tps:
-            for offset in sorted(self._history.acked.get(tp, {})):
-                self._read(bad, tp, offset)
+            point[tp] = {}
+            for offset in sorted(set(self._history.acked_offsets.get(tp, ()))):
+                self._read(bad, tp, offset, point[tp])
             for flavour in SCANS:
-                self._scan(bad, tp, flavour)
+                read = self._scan(bad, tp, flavour)
+                if read is not None:
+                    scans.setdefault(flavour, {}).update(read.records)
+        passes = [ReadPass(flavour, records) for flavour, records in scans.items()]
+        passes.append(ReadPass("read_offset", point, complete=False))
+        bad += self._lines(check(self._history.attempts, passes).violations)
         if bad:
             self._fail(bad)
 
     # -- helpers ---------------------------------------------------------------------
+    @staticmethod
+    def _lines(violations: tuple[Violation, ...] | list[Violation]) -> list[str]:
+        return [v.describe() for v in violations]
+
     def _fail(self, bad: list[str]) -> None:
-        """Raise with the problems and the metadata of every log they name
-        (index entries as [start-end C|W]: COMPACTED or WAL)."""
+        """Raise with the problems and the metadata of every log they name."""
         views = self._snap.views()
-        named = [tp for tp in self._tps if any(f"{tp[0]}:{tp[1]}:" in line for line in bad)]
-        raise Violation("\n".join(bad + ["state now: " + describe(tp, views.get(tp, LogView())) for tp in named]))
+        named = [tp for tp in self._tps
+                 if any(f"{tp[0]}:{tp[1]}:" in line or f"{tp[0]}:{tp[1]}@" in line for line in bad)]
+        raise CheckFailed("\n".join(bad + ["state now: " + describe(tp, views.get(tp, LogView())) for tp in named]))
 
     def _uris(self) -> set[str]:
         if self._objects_dirty:
-            self._object_uris = {f"s3://{b}/{k}" for (b, k) in list(self._objects.objects)}
+            self._object_uris = object_uris(self._objects, self._bucket)
             self._objects_dirty = False
         return self._object_uris
-
-    def _saw(self, bad: list[str], tp: TP, offset: int, payload: bytes, how: str) -> None:
-        """One value observed at ``offset``: it must be the only value ever
-        seen there, and it must come from an append that may be in the log."""
-        name = f"{tp[0]}:{tp[1]}"
-        seen = self._first_seen[tp].setdefault(offset, payload)
-        if seen != payload:
-            bad.append(f"{name}: offset {offset} held {seen!r}, now {payload!r} ({how})")
-        acked = self._history.acked.get(tp, {}).get(offset)
-        if acked is not None and acked != payload:
-            bad.append(f"{name}: offset {offset} was acknowledged as {acked!r} but holds {payload!r} ({how})")
-        attempts = self._history.by_payload.get(payload)
-        if not attempts:
-            bad.append(f"{name}: offset {offset} holds {payload!r}, which nobody appended ({how})")
-        elif all(a.status == FAILED for a in attempts):
-            bad.append(f"{name}: offset {offset} holds {payload!r} of an append that failed definitely: "
-                       f"{attempts[0].error} ({how})")
-        elif attempts[0].tp != tp:
-            bad.append(f"{name}: offset {offset} holds {payload!r}, appended to {attempts[0].tp} ({how})")
 
     def _sample_read(self, bad: list[str], tp: TP, view: LogView) -> None:
         acked = self._history.acked_offsets.get(tp)
@@ -167,17 +163,21 @@ class Checker:
             return
         self._read(bad, tp, offset)
 
-    def _read(self, bad: list[str], tp: TP, offset: int) -> None:
+    def _read(self, bad: list[str], tp: TP, offset: int, into: dict[int, bytes] | None = None) -> None:
         self.reads += 1
         try:
             rec = self.reader.read_offset(tp[0], tp[1], offset)
         except Exception as exc:  # noqa: BLE001 - any error reading an acknowledged offset is a finding
-            bad.append(f"{tp[0]}:{tp[1]}: read_offset({offset}) raised {type(exc).__name__}: {exc}")
+            bad.append(Violation("unreadable", tp[0], tp[1], offset, None,
+                                 f"read_offset({offset}) raised {type(exc).__name__}: {exc}").describe())
             return
-        self._saw(bad, tp, offset, rec.payload, "checker read_offset")
+        bad += self._lines(self._tracker.observe(tp, offset, rec.payload, "checker read_offset"))
+        if into is not None:
+            into[offset] = rec.payload
 
-    def _scan(self, bad: list[str], tp: TP, flavour: str) -> None:
-        """Read the whole log one way; check every record and duplicates."""
+    def _scan(self, bad: list[str], tp: TP, flavour: str) -> ReadPass | None:
+        """Read the whole log one way; check its order and every record. The
+        records as a read pass, or None if the scan failed."""
         topic, partition = tp
         r = self.reader
         self.reads += 1
@@ -191,29 +191,20 @@ class Checker:
             elif flavour == "read_range":
                 got = [(x.offset, x.payload) for x in r.read_range(topic, partition, 1, hw)] if hw else []
             else:
-                nxt = 1
-                for batch in (r.scan_batches(topic, partition, 1, hw) if hw else ()):
-                    if batch.start_offset > nxt or batch.end_offset < nxt:
-                        bad.append(f"{topic}:{partition}: scan_batches gave [{batch.start_offset}, "
-                                   f"{batch.end_offset}] when offset {nxt} was next")
-                        return
-                    nxt = batch.end_offset + 1
-                if nxt <= hw:
-                    bad.append(f"{topic}:{partition}: scan_batches stopped at {nxt}, high watermark {hw}")
-                return
+                batches = r.scan_batches(topic, partition, 1, hw) if hw else ()
+                spans = [(b.start_offset, b.end_offset) for b in batches]
+                bad += self._lines(check_spans(flavour, tp, spans, hw))
+                return None
         except PartitionNotInitialized:
-            if self._history.acked.get(tp):
-                bad.append(f"{topic}:{partition}: {flavour}: the log vanished after acknowledged appends")
-            return
+            if self._history.acked_offsets.get(tp):
+                bad.append(Violation("lost", topic, partition, None, None,
+                                     f"{flavour}: the log vanished after acknowledged appends").describe())
+            return None
         except Exception as exc:  # noqa: BLE001 - any error of a full scan is a finding
-            bad.append(f"{topic}:{partition}: {flavour} from 1 raised {type(exc).__name__}: {exc}")
-            return
-        if [o for o, _ in got] != list(range(1, len(got) + 1)) or (got and got[-1][0] < hw):
-            bad.append(f"{topic}:{partition}: {flavour} from 1 returned offsets "
-                       f"{[o for o, _ in got][:5]}... ({len(got)} records, high watermark {hw})")
+            bad.append(Violation("unreadable", topic, partition, 1, None,
+                                 f"{flavour} from 1 raised {type(exc).__name__}: {exc}", (flavour,)).describe())
+            return None
+        bad += self._lines(check_order(flavour, tp, [o for o, _ in got], hw))
         for offset, payload in got:
-            self._saw(bad, tp, offset, payload, flavour)
-        for payload, n in Counter(p for _, p in got).items():
-            if n > 1 and n > self._history.may_hold(payload):
-                bad.append(f"{topic}:{partition}: {payload!r} appears {n} times but was appended "
-                           f"{self._history.may_hold(payload)} times without a definite failure")
+            bad += self._lines(self._tracker.observe(tp, offset, payload, flavour))
+        return ReadPass(flavour, {tp: dict(got)})

@@ -1,52 +1,53 @@
-"""What the actors did and saw: the history the checker judges.
+"""What the actors did and saw, recorded for the checker.
 
-Like Jepsen's Kafka history, every append attempt is recorded with its
-outcome -- acknowledged (with offsets), a definite failure, or unknown (the
-writer could not tell, or crashed) -- and every record an actor read is
-queued for the checker. Payloads are unique per append (``w1-17-0-3``: writer
-1, append 17, group 0, record 3), so any record read names its append.
+Every append attempt is recorded as it begins and gets its outcome in
+``testing.history``'s vocabulary when it ends -- ``ok`` (with offsets), a
+definite failure, or unknown (the writer could not tell, or crashed); every
+record an actor read is queued for the checker. Payloads are unique per
+append (``w1-17-0-3``: writer 1, append 17, group 0, record 3), so any record
+read names its append; a writer that re-sends an unknown append sends the
+same payloads, recorded as a retry of the first attempt.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from server._errors import LlogError, OutcomeUnknown
+from server._errors import LlogError
 
-__all__ = ["Attempt", "History", "is_unknown_outcome", "ACKED", "FAILED", "UNKNOWN", "INFLIGHT"]
+from ..history import Outcome, is_unknown_outcome
 
-ACKED, FAILED, UNKNOWN, INFLIGHT = "acked", "failed", "unknown", "inflight"
+__all__ = ["Attempt", "History"]
 
 TP = tuple[str, int]
 
 
-def is_unknown_outcome(error: BaseException) -> bool:
-    """True if an append error leaves open whether the records were appended:
-    only ``OutcomeUnknown``. Every other error is definite (SPEC 1.3), and the
-    checker holds the writer to it: such a batch must never appear."""
-    return isinstance(error, OutcomeUnknown)
-
-
 @dataclass
 class Attempt:
-    """One group of one ``append_shared`` call."""
+    """One group of one ``append_shared`` call (a ``testing.history.Batch``)."""
 
-    id: int
+    batch_id: str
     actor: str
     tp: TP
     payloads: tuple[bytes, ...]
-    status: str = INFLIGHT
+    outcome: Outcome | None = None
+    """None while the append is in flight."""
     start_offset: int | None = None
     end_offset: int | None = None
-    error: str = ""
+    detail: str = ""
+    """The error of an attempt that was not acknowledged."""
+    retry_of: str | None = None
+
+    @property
+    def when(self) -> str:
+        return ""
 
 
 @dataclass
 class History:
     attempts: list[Attempt] = field(default_factory=list)
-    by_payload: dict[bytes, list[Attempt]] = field(default_factory=dict)
-    acked: dict[TP, dict[int, bytes]] = field(default_factory=dict)
-    """Per log, offset -> the payload an acknowledgement put there."""
+    sent: dict[tuple[TP, bytes], list[Attempt]] = field(default_factory=dict)
+    """(log, payload) -> the attempts that sent it."""
     acked_offsets: dict[TP, list[int]] = field(default_factory=dict)
     """Acknowledged offsets per log in acknowledgement order (for sampling)."""
     reads: list[tuple[str, TP, int, bytes]] = field(default_factory=list)
@@ -60,32 +61,34 @@ class History:
     """Acknowledged since the checker last looked."""
 
     def begin(self, actor: str, tp: TP, payloads: tuple[bytes, ...]) -> Attempt:
-        attempt = Attempt(len(self.attempts), actor, tp, payloads)
+        earlier = self.sent.get((tp, payloads[0])) if payloads else None
+        retry_of = earlier[0].batch_id if earlier and earlier[0].payloads == payloads else None
+        attempt = Attempt(f"{actor}#{len(self.attempts)}", actor, tp, payloads, retry_of=retry_of)
         self.attempts.append(attempt)
         for p in payloads:
-            self.by_payload.setdefault(p, []).append(attempt)
+            self.sent.setdefault((tp, p), []).append(attempt)
         return attempt
 
+    def attempts_of(self, tp: TP, payload: bytes) -> list[Attempt]:
+        """The attempts that sent ``payload`` to ``tp``."""
+        return self.sent.get((tp, payload), [])
+
     def acknowledge(self, attempt: Attempt, start: int, end: int) -> None:
-        attempt.status, attempt.start_offset, attempt.end_offset = ACKED, start, end
+        attempt.outcome, attempt.start_offset, attempt.end_offset = Outcome.OK, start, end
         if end - start + 1 != len(attempt.payloads):
             self.violations.append(
-                f"{attempt.actor}: append {attempt.id} of {len(attempt.payloads)} records acknowledged "
+                f"{attempt.actor}: append {attempt.batch_id} of {len(attempt.payloads)} records acknowledged "
                 f"as [{start}, {end}]")
             return
         self.new_acks.append(attempt)
+        self.acked_offsets.setdefault(attempt.tp, []).extend(range(start, end + 1))
 
     def fail(self, attempt: Attempt, error: BaseException) -> None:
         if type(error) is LlogError:  # the writer's wrapper for an unexpected exception
-            self.violations.append(f"{attempt.actor}: append {attempt.id} hit an internal error: {error}")
-        attempt.status = UNKNOWN if is_unknown_outcome(error) else FAILED
-        attempt.error = f"{type(error).__name__}: {error}"
+            self.violations.append(f"{attempt.actor}: append {attempt.batch_id} hit an internal error: {error}")
+        attempt.outcome = Outcome.UNKNOWN if is_unknown_outcome(error) else Outcome.FAILED
+        attempt.detail = f"{type(error).__name__}: {error}"
 
     def crashed(self, attempt: Attempt) -> None:
-        if attempt.status == INFLIGHT:
-            attempt.status, attempt.error = UNKNOWN, "writer crashed"
-
-    def may_hold(self, payload: bytes) -> int:
-        """How many times ``payload`` may appear in its log: once per attempt
-        that was acknowledged, unknown or is still running."""
-        return sum(1 for a in self.by_payload.get(payload, ()) if a.status != FAILED)
+        if attempt.outcome is None:
+            attempt.outcome, attempt.detail = Outcome.UNKNOWN, "writer crashed"

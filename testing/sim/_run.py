@@ -23,11 +23,12 @@ from server.leaderless_log_reader import LeaderlessLogReader
 from server.leaderless_log_vacuum import Vacuum
 from server.leaderless_log_writer import LeaderlessLogWriter
 
+from ..history import Outcome
 from . import _actors
-from ._checker import Checker, Violation
+from ._checker import Checker, CheckFailed
 from ._clock import SimClock, sim_runtime
 from ._faults import FaultPlan, FaultRates
-from ._history import ACKED, FAILED, UNKNOWN, History
+from ._history import History
 from ._pools import inline_pools
 from ._scheduler import Scheduler, StepLimit
 from ._stores import ClockedObjectStore, IndexedMetadataStore, SimMetadataStore, SimObjectStore
@@ -166,14 +167,14 @@ def run_seed(seed: int, config: SimConfig | None = None) -> RunResult:
     def after_step(step) -> None:
         crashed = sched.failed_actor()
         if crashed is not None:
-            raise Violation(f"actor {crashed.name} died of an unexpected "
+            raise CheckFailed(f"actor {crashed.name} died of an unexpected "
                             f"{type(crashed.error).__name__}: {crashed.error}")
         checker.after_step()
 
     try:
         sched.run(config.max_steps, after_step, config.stop_after)
         checker.final()
-    except (Violation, StepLimit) as exc:
+    except (CheckFailed, StepLimit) as exc:
         raise SimFailure(seed, f"{type(exc).__name__}: {exc}", trace(), shape, sched.order_hash,
                          [_short(line) for line in sched.whereabouts()]) from None
     except Exception as exc:  # a bug in the simulator (or the library) surfacing in the checker
@@ -183,11 +184,11 @@ def run_seed(seed: int, config: SimConfig | None = None) -> RunResult:
     finally:
         sched.stop_all()
 
-    status = Counter(a.status for a in history.attempts)
+    status = Counter(a.outcome for a in history.attempts)
     return RunResult(
         seed=seed, steps=sched.steps, order_hash=sched.order_hash, faults=Counter(faults.counts),
-        acked=status[ACKED], failed=status[FAILED], unknown=status[UNKNOWN],
+        acked=status[Outcome.OK], failed=status[Outcome.FAILED], unknown=status[Outcome.UNKNOWN],
         checker_reads=checker.reads, sim_ms=int(clock.elapsed_ms), shape=shape,
         handoffs=frozenset(sched.handoffs),
-        errors=Counter(a.error.split(":", 1)[0].replace(" ", "_") for a in history.attempts if a.error),
+        errors=Counter(a.detail.split(":", 1)[0].replace(" ", "_") for a in history.attempts if a.detail),
     )

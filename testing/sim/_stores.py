@@ -17,32 +17,25 @@ import bisect
 from typing import Iterable, Iterator
 
 from server._errors import MetadataStoreError, ObjectStoreError
+from server._protocol.keys import oxia_sort_key
 from server._storage.metastore import InMemoryMetadataStore, Record
 from server._storage.objectstore import InMemoryObjectStore, ObjectInfo
 
 from ._clock import SimClock
 from ._scheduler import Scheduler, SimCrash
 
-__all__ = ["ClockedObjectStore", "IndexedMetadataStore", "SimMetadataStore", "SimObjectStore", "oxia_sort_key"]
-
-
-def oxia_sort_key(key: str) -> tuple[tuple[int, str], ...]:
-    """A tuple that sorts like ``compare_keys`` (SPEC 3.3): segment by
-    segment, and at each level a last segment ``(0, s)`` before one that has
-    more segments after it ``(1, s)``."""
-    segments = key.split("/")
-    return (*((1, s) for s in segments[:-1]), (0, segments[-1]))
+__all__ = ["ClockedObjectStore", "IndexedMetadataStore", "SimMetadataStore", "SimObjectStore"]
 
 
 class IndexedMetadataStore(InMemoryMetadataStore):
     """``InMemoryMetadataStore`` with the same semantics but an ordered index.
 
-    The fake sorts every key on each ``ceiling`` and ``range_scan`` with a
-    Python comparison function; the readers and the checker call them after
-    nearly every step, which made them most of a run's time. This keeps the
-    keys sorted by :func:`oxia_sort_key` (rebuilt when the key set changes)
-    and answers both with a bisection. ``test_simulator`` checks the order
-    against ``compare_keys``.
+    The fake sorts every key on each ``ceiling`` and ``range_scan``; the
+    readers and the checker call them after nearly every step, which made
+    them most of a run's time. This keeps the keys sorted by
+    :func:`~server._protocol.keys.oxia_sort_key` (rebuilt when the key set
+    changes) and answers both with a bisection. ``test_simulator`` checks
+    that both stores answer alike.
     """
 
     def __init__(self) -> None:

@@ -5,7 +5,7 @@ Oxia, so it cannot share the session stack), three role-both brokers and one
 compactor service. Eight producers write for 20 s while a nemesis SIGKILLs
 brokers and the compactor every couple of seconds and Oxia once; then every
 partition is read with the library and through every broker's /consume and
-the history is checked (see ``testing/_chaos_checker.py``); a consumer
+the history is checked (see ``testing/history.py``); a consumer
 that followed the log during the faults is checked against the final reads
 too. 30-55 s in all.
 

@@ -1,13 +1,31 @@
-"""The chaos checker over hand-made histories: each violation kind is found,
-nothing is reported for a correct log, and produce answers are classified
-as the HTTP contract says."""
+"""The history checker (``testing/history.py``) over hand-made histories:
+each violation kind is found, nothing is reported for a correct log, retries
+and attempts in flight are judged as the simulator records them, and produce
+answers are classified as the HTTP contract says."""
 
 from __future__ import annotations
 
 import pytest
 
-from testing._chaos_checker import FAILED, KINDS, OK, UNKNOWN, ProducedBatch, ReadPass, check
+from dataclasses import replace
+
+from server._errors import MetadataStoreError, OutcomeUnknown
+from testing.history import (
+    FAILED,
+    KINDS,
+    OK,
+    UNKNOWN,
+    Outcome,
+    ProducedBatch,
+    ReadPass,
+    Tracker,
+    check,
+    check_order,
+    check_spans,
+    is_unknown_outcome,
+)
 from testing._chaos_workload import classify_produce_reply
+from testing.sim._history import Attempt
 
 T = "t"
 
@@ -250,3 +268,109 @@ def test_an_incomplete_read_still_finds_wrong_values_and_failed_batches() -> Non
     assert kinds(check([a], [full, swapped])) == {"wrong_offset": 1, "divergent": 2}
     failed_seen = ReadPass("tail", {(T, 0): {4: f.payloads[0]}}, complete=False)
     assert kinds(check([a, f], [full, failed_seen])) == {"failed_present": 1, "read_mismatch": 1}
+
+
+# -- retries and attempts in flight (the simulator's histories) --------------------------------
+
+
+def retry(b: ProducedBatch, bid: str, outcome: str, start: int | None = None) -> ProducedBatch:
+    return replace(b, batch_id=bid, outcome=outcome, start_offset=start, retry_of=b.batch_id)
+
+
+def test_a_retried_batch_may_be_in_the_log_once_per_attempt_that_did_not_fail() -> None:
+    first = batch("a", UNKNOWN)
+    again = retry(first, "a2", OK, 4)
+    assert check([first, again], [read(log_of((first, 1), (again, 4)))]).ok
+    assert check([first, again], [read(log_of((again, 4)))]).ok
+    failed_again = retry(first, "a2", FAILED)
+    assert kinds(check([first, failed_again], [read(log_of((first, 1), (first, 4)))])) == {"duplicate": 1}
+    third = retry(again, "a3", FAILED)
+    assert kinds(check([first, again, third], [read(log_of((first, 1), (first, 4), (first, 7)))])) == {
+        "duplicate": 1}
+
+
+def test_a_copy_of_a_retried_batch_in_part_or_torn() -> None:
+    first = batch("a", UNKNOWN, n=3)
+    again = retry(first, "a2", UNKNOWN)
+    records = log_of((first, 1), (again, 4))
+    del records[6]
+    assert kinds(check([first, again], [read(records)])) == {"partial": 1}
+    torn = {**log_of((first, 1)), 4: first.payloads[0], 5: first.payloads[2], 6: first.payloads[1]}
+    assert kinds(check([first, again], [read(torn)])) == {"torn": 1}
+
+
+def test_the_same_payloads_without_retry_of_are_a_harness_mistake() -> None:
+    a = batch("a", UNKNOWN)
+    with pytest.raises(ValueError, match="sent twice"):
+        check([a, replace(a, batch_id="b")], [])
+
+
+def test_an_attempt_in_flight_may_be_in_the_log() -> None:
+    live = Attempt("w0#0", "w0", (T, 0), (b"w0-0-0-0", b"w0-0-0-1"))  # the simulator's, mid-append
+    assert live.outcome is None
+    assert check([live], [read({1: live.payloads[0], 2: live.payloads[1]})]).ok
+    assert check([live], [read({})]).ok
+    assert kinds(check([live], [read({1: live.payloads[0]})])) == {"partial": 1}
+
+
+def test_a_read_says_nothing_about_partitions_it_did_not_read() -> None:
+    a = batch("a", OK, 1, partition=1)
+    assert check([a], [read({})]).ok
+    assert kinds(check([a], [read({}, partition=1)])) == {"lost": 1}
+
+
+def test_scans_return_offsets_in_order_to_the_high_watermark() -> None:
+    tp = (T, 0)
+    assert check_order("iter_from", tp, [1, 2, 3], 3) == []
+    assert check_order("iter_from", tp, [], 0) == []
+    for offsets, hw in (([1, 3], 3), ([1, 2], 3), ([2, 1], 2), ([1, 1, 2], 2), ([], 1)):
+        (v,) = check_order("iter_from", tp, offsets, hw)
+        assert v.kind == "out_of_order" and v.sources == ("iter_from",), offsets
+    # Batches may start over delivered offsets (an entry overlapping them), never after the next one.
+    assert check_spans("scan_batches", tp, [(1, 3), (2, 5), (6, 6)], 6) == []
+    assert [v.kind for v in check_spans("scan_batches", tp, [(1, 3), (5, 6)], 6)] == ["out_of_order"]
+    assert [v.kind for v in check_spans("scan_batches", tp, [(1, 3)], 6)] == ["out_of_order"]
+
+
+class Live:
+    """The attempts of a simulated run, as ``Tracker`` looks them up."""
+
+    def __init__(self, *batches: ProducedBatch) -> None:
+        self.batches = list(batches)
+
+    def attempts_of(self, tp, value):
+        return [b for b in self.batches if b.tp == tp and value in b.payloads]
+
+
+def test_tracker_one_value_per_offset_forever() -> None:
+    a, u = batch("a", OK, 1), batch("u", UNKNOWN)
+    t = Tracker(Live(a, u).attempts_of)
+    assert t.acknowledged(a) == []
+    assert t.observe((T, 0), 1, a.payloads[0], "r1") == []
+    assert t.observe((T, 0), 4, u.payloads[0], "r1") == []
+    (lost,) = t.observe((T, 0), 2, a.payloads[0], "r2")
+    assert (lost.kind, lost.batch_id, lost.sources) == ("lost", "a", ("r2",))
+    (divergent,) = t.observe((T, 0), 4, u.payloads[1], "r2")
+    assert divergent.kind == "divergent" and "r1 saw" in divergent.detail
+
+
+def test_tracker_acknowledgements() -> None:
+    a, b, c = batch("a", OK, 1), batch("b", OK, 3), batch("c", OK, 7)
+    t = Tracker(Live(a, b, c).attempts_of)
+    t.acknowledged(a)
+    assert [v.kind for v in t.acknowledged(b)] == ["ack_overlap", "lost"]  # offset 3 is a's
+    assert t.observe((T, 0), 8, b"stranger", "r1")[0].kind == "unexpected"
+    assert [v.kind for v in t.acknowledged(c)] == ["lost"]  # r1 saw another value at 8
+
+
+def test_tracker_values_of_failed_or_foreign_attempts() -> None:
+    f, a = batch("f", FAILED), batch("a", OK, 1, partition=1)
+    t = Tracker(Live(f, a).attempts_of)
+    assert [v.kind for v in t.observe((T, 0), 1, f.payloads[0], "r")] == ["failed_present"]
+    assert [v.kind for v in t.observe((T, 0), 2, a.payloads[0], "r")] == ["unexpected"]  # sent to partition 1
+
+
+def test_outcomes_are_one_vocabulary() -> None:
+    assert [o.value for o in Outcome] == ["ok", "failed", "unknown"] and (OK, FAILED, UNKNOWN) == tuple(Outcome)
+    assert is_unknown_outcome(OutcomeUnknown("maybe")) and not is_unknown_outcome(MetadataStoreError("no"))
+    assert set(KINDS) >= {"out_of_order", "ack_overlap", "wrong_offset", "read_mismatch"}

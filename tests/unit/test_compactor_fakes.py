@@ -11,12 +11,14 @@ import pytest
 
 from server._config import OxiaConfig, S3Config
 from server._errors import AppendFailed
-from server._protocol.records import CompactionCursor, ControlRecord, IndexEntry
+from server._protocol.keys import LogLayout
+from server._protocol.records import CompactionCursor, CompactionState, ControlRecord, IndexEntry
 from server._storage.metastore import InMemoryMetadataStore
 from server._storage.objectstore import InMemoryObjectStore
 from server.leaderless_log_compactor import CompactionOutcome, LeaderlessLogCompactor
 from server.leaderless_log_reader import LeaderlessLogReader
 from server.leaderless_log_writer import LeaderlessLogWriter, SharedAppendGroup
+from testing.invariants import assert_log, object_uris
 
 OXIA = OxiaConfig("fake:1", root_prefix="llog")
 S3 = S3Config("llog")
@@ -55,23 +57,13 @@ def index(meta, topic="orders", partition=0):
     return out
 
 
-def check_invariants(meta, topic="orders", partition=0):
-    """Settled state: the index tiles [1, hw] exactly once, cursor <= counter,
-    no compaction in flight, COMPACTED entries only below the cursor."""
-    pk = f"{topic}:{partition}"
-    base = f"llog/{topic}/partitions/{partition}"
-    control = ControlRecord.decode(meta.get(f"{base}/meta/control", pk).value)
-    cursor = CompactionCursor.decode(meta.get(f"{base}/meta/compaction-cursor", pk).value).offset
-    assert meta.get(f"{base}/meta/compaction", pk) is None
-    assert 1 <= cursor <= control.sequence_counter
-    expected = 1
-    for start, end, kind in index(meta, topic, partition):
-        assert start == expected, f"gap or overlap at {start} (expected {expected})"
-        expected = end + 1
-        if kind == "COMPACTED":
-            assert end < cursor
-    assert expected == control.sequence_counter
-    return cursor
+def check_invariants(meta, objects=None, topic="orders", partition=0):
+    """SPEC 8 on a settled log (``testing/invariants.py``): the index tiles
+    [1, hw] exactly once, COMPACTED entries below the cursor, no compaction
+    in flight; with ``objects``, every reference names an existing object.
+    Returns the cursor."""
+    uris = None if objects is None else object_uris(objects, S3.bucket)
+    return assert_log(meta, LogLayout("llog").partition(topic, partition), uris, settled=True).cursor
 
 
 def read_all(stores, topic="orders", partition=0):
@@ -87,7 +79,7 @@ def test_compacts_contiguous_wal_run_into_one_object(stores):
     assert (res.start_offset, res.end_offset, res.msg_count, res.source_entries) == (1, 15, 15, 5)
     assert res.cursor == 16 and res.lag_offsets == 0
     assert index(stores[0]) == [(1, 15, "COMPACTED")]
-    assert check_invariants(stores[0]) == 16
+    assert check_invariants(*stores) == 16
     assert read_all(stores) == want
     with make(stores, LeaderlessLogReader) as r:
         assert [r.read_offset("orders", 0, o).payload for o in (1, 8, 15)] == [want[0], want[7], want[14]]
@@ -116,7 +108,7 @@ def test_max_offsets_limits_a_run_and_the_next_run_continues(stores):
     assert (third.start_offset, third.end_offset) == (13, 15)
     assert index(stores[0]) == [(1, 6, "COMPACTED"), (7, 12, "COMPACTED"), (13, 15, "COMPACTED")]
     assert read_all(stores) == want
-    check_invariants(stores[0])
+    check_invariants(*stores)
 
 
 def test_first_entry_is_taken_even_if_larger_than_max_offsets(stores):
@@ -149,7 +141,7 @@ def test_recovers_a_crashed_writers_pending_append_first(stores):
     assert res.recovered_pending
     assert (res.start_offset, res.end_offset) == (1, 8)
     assert read_all(stores) == want + [b"p1", b"p2"]
-    check_invariants(meta)
+    check_invariants(meta, stores[1])
 
 
 def test_selection_stops_at_a_pending_append_that_cannot_be_cleared(stores, monkeypatch):
@@ -192,7 +184,7 @@ def test_crash_matrix_resumed_by_another_compactor(stores, step):
     assert all(s == want for s in seen_during)
     assert read_all(stores) == want
     assert index(meta) == [(1, 12, "COMPACTED")]
-    assert check_invariants(meta) == 13
+    assert check_invariants(meta, stores[1]) == 13
 
 
 def test_race_loser_finds_the_range_taken_and_stops(stores):
@@ -212,7 +204,7 @@ def test_race_loser_finds_the_range_taken_and_stops(stores):
     assert res.outcome is CompactionOutcome.CONFLICT
     assert index(meta) == [(1, 9, "COMPACTED")]
     assert read_all(stores) == want
-    check_invariants(meta)
+    check_invariants(meta, stores[1])
 
 
 def test_race_other_compactor_resumes_our_record_midway(stores):
@@ -232,7 +224,7 @@ def test_race_other_compactor_resumes_our_record_midway(stores):
     assert res.outcome in (CompactionOutcome.CONFLICT, CompactionOutcome.ABANDONED)
     assert index(meta) == [(1, 9, "COMPACTED")]
     assert read_all(stores) == want
-    check_invariants(meta)
+    check_invariants(meta, stores[1])
 
 
 def test_stale_record_beyond_a_finished_range_is_dropped(stores):
@@ -263,7 +255,7 @@ def test_deleting_old_refuses_when_end_key_is_not_its_entry(stores):
 
     meta, _ = stores
     fill(stores, batches=2)
-    rec = CompactionRecord("x", "DELETING_OLD", 1, 6, 6, "s3://llog/nowhere", "bytes-batch-v1", 1, 4)
+    rec = CompactionRecord("x", CompactionState.DELETING_OLD, 1, 6, 6, "s3://llog/nowhere", "bytes-batch-v1", 1, 4)
     meta.put("llog/orders/partitions/0/meta/compaction", rec.encode(), "orders:0")
     with make(stores, LeaderlessLogCompactor) as c:
         with pytest.raises(InconsistentReadState):
@@ -283,7 +275,7 @@ def test_compaction_interleaved_with_appends(stores):
                 want.extend(batch)
             c.compact_once("orders", 0, max_offsets=4)
             assert read_all(stores) == want
-    check_invariants(meta)
+    check_invariants(meta, stores[1])
 
 
 def test_compacted_range_stops_at_existing_compacted_entry_and_gap(stores):
@@ -340,7 +332,7 @@ def test_a_compactor_overtaken_while_it_fetched_stops_with_a_conflict(stores):
     a.close()
     b.close()
     assert read_all(stores) == want
-    check_invariants(stores[0])
+    check_invariants(*stores)
 
 
 def test_lag_is_what_a_run_left_and_backlog_what_it_found():
@@ -391,7 +383,7 @@ def test_compaction_covers_a_lingering_pending_and_clears_it_once_idle(stores):
     # the writer's cached CAS now conflicts; it re-reads and goes on
     w.append_shared([SharedAppendGroup("orders", 0, [b"after"])])
     w.close()
-    check_invariants(meta)
+    check_invariants(meta, stores[1])
     assert read_all(stores) == [f"{b}.{i}".encode() for b in range(3) for i in range(3)] + [b"after"]
 
 
@@ -407,5 +399,5 @@ def test_a_compactor_finding_an_unmaterialized_pending_creates_its_entry(stores)
     with make(stores, LeaderlessLogCompactor) as c:
         res = c.compact_once("orders", 0)
     assert res.recovered_pending and (res.start_offset, res.end_offset) == (1, 7)
-    check_invariants(meta)
+    check_invariants(meta, stores[1])
     assert read_all(stores) == want + [b"lost-c4"]

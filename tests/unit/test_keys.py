@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import random
 
 import pytest
 
@@ -13,6 +14,7 @@ from server._protocol.keys import (
     PartitionKeys,
     TopicPartition,
     format_offset,
+    oxia_sort_key,
     parse_s3_uri,
     validate_partition,
     validate_root_prefix,
@@ -184,7 +186,7 @@ def test_index_keys_sort_numerically() -> None:
     offsets = [1, 2, 9, 10, 11, 99, 100, 1000, 2**40, 2**63 - 1]
     keys = [KEYS.index(o) for o in offsets]
     assert sorted(keys) == keys
-    assert sorted(keys, key=functools.cmp_to_key(oxia_compare)) == keys
+    assert sorted(keys, key=oxia_sort_key) == keys
 
 
 @pytest.mark.parametrize(
@@ -318,9 +320,47 @@ def test_topic_partition_parse_rejects_non_ascii_digit() -> None:
 # --- Oxia key order (SPEC 3.3) --------------------------------------------
 
 
+# Keys in Oxia's order, checked by hand against the rule: shallower keys first
+# at each level, then segment by segment in byte order.
+GOLDEN_ORDER = [
+    "",
+    "a",
+    "a~",
+    "b",
+    "~",
+    "\u00e9",  # U+00E9 is C3 A9 in UTF-8: after every ASCII byte
+    "\uff61",
+    "\U0001f600",  # after U+FF61 in UTF-8 (and by code point), before it in UTF-16
+    "/",
+    "/a",
+    "a/",
+    "a/b",
+    "a/z",
+    "a/~",
+    "a//",
+    "a/b/",
+    "a/b/c",
+    "a/b/c/d",
+    "a/z/a",
+    "b/",
+    "llog/orders/partitions/0/index/00000000000000000001",
+    "llog/orders/partitions/0/index/00000000000000000010",
+    "llog/orders/partitions/0/index/~",
+    "llog/orders/partitions/0/index/00000000000000000001/deeper",
+    "llog/orders/partitions/0/meta/compaction",
+    "llog/orders/partitions/0/meta/compaction-cursor",
+    "llog/orders/partitions/0/meta/compactor-claim",
+    "llog/orders/partitions/0/meta/control",
+    "llog/orders/partitions/1/index/00000000000000000001",
+    "llog/orders/partitions/10/index/00000000000000000001",
+    "llog/orders/partitions/2/index/00000000000000000001",
+    "llog/orders-x/partitions/0/index/00000000000000000001",
+]
+
+
 def oxia_compare(a: str, b: str) -> int:
-    """Oxia's key comparator: segment by segment on '/', and at each level a
-    key with no further '/' sorts before any key that has one."""
+    """Oxia's ``CompareWithSlash`` (its Pebble comparator), ported line by line
+    from Go on UTF-8 bytes: the oracle :func:`oxia_sort_key` must agree with."""
     x, y = a.encode(), b.encode()
     while x and y:
         i, j = x.find(b"/"), y.find(b"/")
@@ -337,13 +377,31 @@ def oxia_compare(a: str, b: str) -> int:
     return (len(x) > len(y)) - (len(x) < len(y))
 
 
+def test_sort_key_golden_order() -> None:
+    shuffled = GOLDEN_ORDER[:]
+    random.Random(1).shuffle(shuffled)
+    assert sorted(shuffled, key=oxia_sort_key) == GOLDEN_ORDER
+    assert sorted(shuffled, key=functools.cmp_to_key(oxia_compare)) == GOLDEN_ORDER
+    assert sorted(GOLDEN_ORDER) != GOLDEN_ORDER  # not byte order
+
+
+def test_sort_key_agrees_with_oxias_comparator() -> None:
+    rng = random.Random(5)
+    alphabet = ["", "a", "b", "ab", "~", "0", "9", "index", "meta", "A", "_", "-", ".", "\u00e9", "\U0001f600"]
+    keys = ["/".join(rng.choice(alphabet) for _ in range(rng.randint(1, 5))) for _ in range(300)]
+    for a in keys:
+        for b in keys[:60]:
+            got = (oxia_sort_key(a) > oxia_sort_key(b)) - (oxia_sort_key(a) < oxia_sort_key(b))
+            assert got == oxia_compare(a, b), (a, b)
+
+
 def in_range(key: str, lo: str, hi: str) -> bool:
-    return oxia_compare(lo, key) <= 0 and oxia_compare(key, hi) < 0
+    return oxia_sort_key(lo) <= oxia_sort_key(key) < oxia_sort_key(hi)
 
 
 def ceiling(keys: list[str], query: str) -> str | None:
-    found = [k for k in keys if oxia_compare(k, query) >= 0]
-    return min(found, key=functools.cmp_to_key(oxia_compare)) if found else None
+    found = [k for k in keys if oxia_sort_key(k) >= oxia_sort_key(query)]
+    return min(found, key=oxia_sort_key) if found else None
 
 
 def _keyspace(root: str = "llog") -> list[str]:
@@ -358,11 +416,10 @@ def _keyspace(root: str = "llog") -> list[str]:
     return keys
 
 
-def test_comparator_shallow_keys_first() -> None:
-    assert oxia_compare("a/z", "a/b/c") < 0
-    assert oxia_compare("a/b/c", "a/z") > 0
-    assert oxia_compare("a/b", "a/b/") < 0
-    assert oxia_compare("a/b", "a/b") == 0
+def test_shallow_keys_first() -> None:
+    assert oxia_sort_key("a/z") < oxia_sort_key("a/b/c")
+    assert oxia_sort_key("a/b") < oxia_sort_key("a/b/")
+    assert oxia_sort_key("a/b") == oxia_sort_key("a/b")
 
 
 def test_index_range_covers_exactly_one_partitions_index() -> None:
@@ -376,9 +433,7 @@ def test_index_range_covers_exactly_one_partitions_index() -> None:
 def test_index_suffix_range() -> None:
     keyspace = _keyspace()
     lo = KEYS.index(10)
-    inside = sorted(
-        (k for k in keyspace if in_range(k, lo, KEYS.index_end)), key=functools.cmp_to_key(oxia_compare)
-    )
+    inside = sorted((k for k in keyspace if in_range(k, lo, KEYS.index_end)), key=oxia_sort_key)
     assert [KEYS.index_offset(k) for k in inside] == [10, 99, 100, 10**19]
 
 

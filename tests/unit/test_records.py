@@ -10,15 +10,14 @@ import pytest
 from server._errors import CorruptBatch
 from server._protocol.codec import BATCH_ENCODING
 from server._protocol.records import (
-    ENTRY_COMPACTED,
-    ENTRY_WAL,
-    LOG_STATE_FENCED,
-    LOG_STATE_OPEN,
     CompactionCursor,
     CompactionRecord,
+    CompactionState,
     CompactorClaim,
     ControlRecord,
+    EntryType,
     IndexEntry,
+    LogState,
     PendingAppend,
 )
 
@@ -30,7 +29,7 @@ PENDING = PendingAppend(
     start_offset=4,
     end_offset=6,
     msg_count=3,
-    entry_type=ENTRY_WAL,
+    entry_type=EntryType.WAL,
     data_key=URI,
     encoding=BATCH_ENCODING,
     byte_offset=300,
@@ -57,17 +56,17 @@ GOLDEN = {
 @pytest.mark.parametrize(
     "value",
     [
-        ControlRecord(LOG_STATE_OPEN, 1, None),
-        ControlRecord(LOG_STATE_OPEN, 7, PENDING),
-        ControlRecord(LOG_STATE_FENCED, 7, None),
-        ControlRecord(LOG_STATE_OPEN, 2**63 - 1, None),
+        ControlRecord(LogState.OPEN, 1, None),
+        ControlRecord(LogState.OPEN, 7, PENDING),
+        ControlRecord(LogState.FENCED, 7, None),
+        ControlRecord(LogState.OPEN, 2**63 - 1, None),
         PENDING.index_entry(),
-        IndexEntry(ENTRY_COMPACTED, 10, URI, BATCH_ENCODING, None, None, 5),
-        IndexEntry(ENTRY_WAL, 1, URI, BATCH_ENCODING, 0, 0, 0),
+        IndexEntry(EntryType.COMPACTED, 10, URI, BATCH_ENCODING, None, None, 5),
+        IndexEntry(EntryType.WAL, 1, URI, BATCH_ENCODING, 0, 0, 0),
         CompactionCursor(1),
         CompactionCursor(123456789),
-        CompactionRecord("c1", "WRITING_COMPACTED_INDEX", 1, 5, 5, URI, BATCH_ENCODING, 9, 4),
-        CompactionRecord("c1", "UPDATING_CURSOR", 1, 5, 5, URI, BATCH_ENCODING, 9, None),
+        CompactionRecord("c1", CompactionState.WRITING_COMPACTED_INDEX, 1, 5, 5, URI, BATCH_ENCODING, 9, 4),
+        CompactionRecord("c1", CompactionState.UPDATING_CURSOR, 1, 5, 5, URI, BATCH_ENCODING, 9, None),
         CompactorClaim("compactor-1", 42),
     ],
     ids=lambda v: type(v).__name__,
@@ -80,7 +79,7 @@ def test_round_trip(value) -> None:
 
 
 def test_encoding_is_compact_and_ordered() -> None:
-    raw = ControlRecord(LOG_STATE_OPEN, 1, None).encode()
+    raw = ControlRecord(LogState.OPEN, 1, None).encode()
     assert raw == b'{"log_state":"OPEN","sequence_counter":1,"pending":null}'
     entry = PENDING.index_entry().encode()
     assert list(json.loads(entry)) == [
@@ -90,38 +89,38 @@ def test_encoding_is_compact_and_ordered() -> None:
 
 
 def test_pending_keeps_null_byte_range() -> None:
-    legacy = PendingAppend("a", 1, 1, 1, ENTRY_WAL, URI, BATCH_ENCODING, None, None, 0)
-    doc = json.loads(ControlRecord(LOG_STATE_OPEN, 2, legacy).encode())
+    legacy = PendingAppend("a", 1, 1, 1, EntryType.WAL, URI, BATCH_ENCODING, None, None, 0)
+    doc = json.loads(ControlRecord(LogState.OPEN, 2, legacy).encode())
     assert doc["pending"]["byte_offset"] is None and doc["pending"]["byte_length"] is None
 
 
 def test_index_entry_omits_absent_byte_range() -> None:
-    doc = json.loads(IndexEntry(ENTRY_COMPACTED, 3, URI, BATCH_ENCODING, None, None, 1).encode())
+    doc = json.loads(IndexEntry(EntryType.COMPACTED, 3, URI, BATCH_ENCODING, None, None, 1).encode())
     assert "byte_offset" not in doc and "byte_length" not in doc
     # The two fields travel together: one without the other is not written.
-    doc = json.loads(IndexEntry(ENTRY_WAL, 3, URI, BATCH_ENCODING, 5, None, 1).encode())
+    doc = json.loads(IndexEntry(EntryType.WAL, 3, URI, BATCH_ENCODING, 5, None, 1).encode())
     assert "byte_offset" not in doc and "byte_length" not in doc
 
 
 def test_pending_materializes_to_index_entry() -> None:
     entry = PENDING.index_entry()
-    assert entry == IndexEntry(ENTRY_WAL, 3, URI, BATCH_ENCODING, 300, 45, 1_760_000_000_000)
+    assert entry == IndexEntry(EntryType.WAL, 3, URI, BATCH_ENCODING, 300, 45, 1_760_000_000_000)
     assert entry.start_offset(PENDING.end_offset) == PENDING.start_offset
 
 
 def test_control_properties() -> None:
-    control = ControlRecord(LOG_STATE_OPEN, 7, PENDING)
+    control = ControlRecord(LogState.OPEN, 7, PENDING)
     assert control.high_watermark == 6
     assert not control.fenced
-    assert ControlRecord(LOG_STATE_FENCED, 1).fenced
-    assert ControlRecord(LOG_STATE_OPEN, 1).high_watermark == 0
-    assert control.with_pending(None) == ControlRecord(LOG_STATE_OPEN, 7, None)
+    assert ControlRecord(LogState.FENCED, 1).fenced
+    assert ControlRecord(LogState.OPEN, 1).high_watermark == 0
+    assert control.with_pending(None) == ControlRecord(LogState.OPEN, 7, None)
     assert control.pending == PENDING  # with_pending returns a copy
 
 
 def test_decoders_accept_other_field_order_whitespace_and_unknown_fields() -> None:
     raw = b'{ "pending" : null, "extra": [1, 2], "sequence_counter": 5, "log_state": "FENCED" }'
-    assert ControlRecord.decode(raw) == ControlRecord(LOG_STATE_FENCED, 5, None)
+    assert ControlRecord.decode(raw) == ControlRecord(LogState.FENCED, 5, None)
     raw = b'{"offset": 3, "future": true}'
     assert CompactionCursor.decode(raw) == CompactionCursor(3)
 
@@ -158,6 +157,21 @@ def test_golden_keys_cover_every_value() -> None:
         assert meta["ephemeral"] is (name == "compactor-claim.json")
 
 
+def test_states_decode_to_their_enums_and_encode_as_their_names() -> None:
+    control = ControlRecord.decode(b'{"log_state":"FENCED","sequence_counter":5,"pending":null}')
+    assert control.log_state is LogState.FENCED and control.fenced
+    entry = IndexEntry.decode(b'{"type":"COMPACTED","msg_count":1,"data_key":"s3://b/k"}')
+    assert entry.type is EntryType.COMPACTED
+    record = CompactionRecord.decode(
+        b'{"compaction_id":"c","state":"DELETING_OLD","start_offset":1,"end_offset":2,"msg_count":2,"data_key":"k"}'
+    )
+    assert record.state is CompactionState.DELETING_OLD
+    # A member is its protocol string, so plain strings and members give the same bytes.
+    assert ControlRecord(LogState.OPEN, 1).encode() == ControlRecord("OPEN", 1).encode()
+    assert json.loads(IndexEntry(EntryType.WAL, 1, URI, BATCH_ENCODING, None, None, 0).encode())["type"] == "WAL"
+    assert [s.value for s in CompactionState] == ["WRITING_COMPACTED_INDEX", "DELETING_OLD", "UPDATING_CURSOR"]
+
+
 def test_golden_story_is_consistent() -> None:
     pending_control = ControlRecord.decode((VALUES / "control-pending.json").read_bytes())
     wal_entry = IndexEntry.decode((VALUES / "index-wal-shared.json").read_bytes())
@@ -166,7 +180,7 @@ def test_golden_story_is_consistent() -> None:
     assert pending_control.pending.index_entry() == wal_entry
     compaction = CompactionRecord.decode((VALUES / "compaction-deleting-old.json").read_bytes())
     compacted = IndexEntry.decode((VALUES / "index-compacted.json").read_bytes())
-    assert compacted.type == ENTRY_COMPACTED
+    assert compacted.type == EntryType.COMPACTED
     assert compacted.data_key == compaction.data_key
     assert compacted.start_offset(compaction.end_offset) == compaction.start_offset
     assert compaction.msg_count == compaction.end_offset - compaction.start_offset + 1
@@ -184,6 +198,7 @@ CORRUPT = [
     pytest.param(ControlRecord, b"null", id="control-null"),
     pytest.param(ControlRecord, b'{"log_state":"OPEN"}', id="control-missing-counter"),
     pytest.param(ControlRecord, b'{"sequence_counter":1}', id="control-missing-state"),
+    pytest.param(ControlRecord, b'{"log_state":"open","sequence_counter":1}', id="control-unknown-state"),
     pytest.param(ControlRecord, b'{"log_state":"OPEN","sequence_counter":"x"}', id="control-bad-int"),
     pytest.param(ControlRecord, b'{"log_state":"OPEN","sequence_counter":null}', id="control-null-int"),
     pytest.param(ControlRecord, b'{"log_state":"OPEN","sequence_counter":1,"pending":{}}', id="pending-empty"),
@@ -196,7 +211,14 @@ CORRUPT = [
         b'"end_offset":"two","msg_count":2,"data_key":"s3://b/k"}}',
         id="pending-bad-int",
     ),
+    pytest.param(
+        ControlRecord,
+        b'{"log_state":"OPEN","sequence_counter":2,"pending":{"append_id":"a","start_offset":1,'
+        b'"end_offset":1,"msg_count":1,"entry_type":"COMPACTED?","data_key":"s3://b/k"}}',
+        id="pending-unknown-entry-type",
+    ),
     pytest.param(IndexEntry, b"{", id="index-truncated"),
+    pytest.param(IndexEntry, b'{"type":"wal","msg_count":1,"data_key":"s3://b/k"}', id="index-unknown-type"),
     pytest.param(IndexEntry, b'{"type":"WAL","msg_count":1}', id="index-missing-data-key"),
     pytest.param(IndexEntry, b'{"type":"WAL","data_key":"s3://b/k"}', id="index-missing-count"),
     pytest.param(IndexEntry, b'{"type":"WAL","msg_count":1,"data_key":"s3://b/k","byte_offset":"x"}', id="index-bad-offset"),
@@ -205,6 +227,11 @@ CORRUPT = [
     pytest.param(CompactionCursor, b'{"offset":NaN}', id="cursor-nan"),
     pytest.param(CompactionRecord, b'{"compaction_id":"c"}', id="compaction-partial"),
     pytest.param(CompactionRecord, b"true", id="compaction-bool"),
+    pytest.param(
+        CompactionRecord,
+        b'{"compaction_id":"c","state":"DONE","start_offset":1,"end_offset":2,"msg_count":2,"data_key":"s3://b/k"}',
+        id="compaction-unknown-state",
+    ),
     pytest.param(CompactorClaim, b'{"compactor_id":"x"}', id="claim-missing-time"),
     pytest.param(CompactorClaim, b"3", id="claim-number"),
 ]
