@@ -41,7 +41,7 @@ from server._protocol.outcomes import OUTCOMES, Kind, Outcome
 from server._protocol.structs import AppendResult
 from server._runtime import REAL_RUNTIME
 from server.leaderless_log_metrics import LlogMetrics
-from testing._chaos_checker import FAILED, OK, UNKNOWN
+from testing.history import FAILED, OK, UNKNOWN
 from testing._chaos_workload import classify_produce_reply
 
 from .test_broker import Cluster, body, consume_body, doc, in_thread
