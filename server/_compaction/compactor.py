@@ -43,7 +43,7 @@ from .._errors import InconsistentReadState, InvalidRequest, ObjectNotFound, Par
 from .._log.reader import LeaderlessLogReader, ResolvedBatch
 from .._log import recovery
 from .._protocol.codec import BATCH_ENCODING, encode_batch
-from .._protocol.constants import REFERENCE_DEADLINE_MS
+from .._protocol.constants import REFERENCE_DEADLINE_MS, check_reference_deadline
 from .._protocol.keys import LogLayout, PartitionKeys
 from .._protocol.records import (
     CompactionCursor,
@@ -150,6 +150,7 @@ class LeaderlessLogCompactor(Closeable):
         self.metrics = metrics or LlogMetrics()
         self.max_offsets_per_run = max_offsets_per_run
         self.max_bytes_per_run = max_bytes_per_run
+        check_reference_deadline(max_reference_age_ms, what="compactor")
         self.max_reference_age_ms = max_reference_age_ms
         self._hook = step_hook
         self.runtime = runtime

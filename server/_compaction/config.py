@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 from .._errors import ConfigError, InvalidRequest
 from .._http_server import DEFAULT_HTTP_READ_TIMEOUT_MS
-from .._protocol.constants import VACUUM_GRACE_MS
+from .._protocol.constants import MIN_SAFE_GRACE_MS, VACUUM_GRACE_MS, check_grace
 from .._protocol.keys import TopicPartition
 from .._settings import check_settings, from_env, nested, same_as, setting
 
@@ -86,8 +86,8 @@ class VacuumConfig:
     """How vacuum decides what is old enough to delete, and how often it runs."""
 
     grace_ms: int = setting(
-        "Never delete objects younger than this; keep it at least twice the 60 s reference deadline plus "
-        "clock skew.",
+        f"Never delete objects younger than this; at least {MIN_SAFE_GRACE_MS} ms, 2 x (the 60 s reference "
+        "deadline + 5 s of clock skew), or acknowledged records can be lost (SPEC 7.0).",
         env="LLOG_VACUUM_GRACE_MS", default=DEFAULT_VACUUM_GRACE_MS, min=0,
     )
     interval_ms: int = setting(
@@ -99,9 +99,15 @@ class VacuumConfig:
         "SHOULD); 0 keeps them.",
         env="LLOG_VACUUM_DELETE_REDUNDANT_ENTRIES", default=True,
     )
+    allow_unsafe_grace: bool = setting(
+        "Accept a grace below the safe minimum; only while no writer and no compactor runs (a clean-up "
+        "after everything stopped).",
+        env="LLOG_VACUUM_ALLOW_UNSAFE_GRACE", default=False,
+    )
 
     def __post_init__(self) -> None:
         check_settings(self)
+        check_grace(self.grace_ms, allow_unsafe=self.allow_unsafe_grace)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> VacuumConfig:

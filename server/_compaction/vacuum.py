@@ -46,7 +46,6 @@ from typing import Callable, Iterable, Mapping
 
 from .._config import OxiaConfig, S3Config
 from .._errors import (
-    ConfigError,
     CorruptBatch,
     InvalidRequest,
     LlogError,
@@ -54,7 +53,7 @@ from .._errors import (
     VersionConflict,
 )
 from .._protocol.codec import decode_shared_header
-from .._protocol.constants import MIN_SAFE_GRACE_MS, REFERENCE_DEADLINE_MS
+from .._protocol.constants import check_grace
 from .._protocol.keys import LogLayout, PartitionKeys, TopicPartition
 from .._protocol.records import (
     CompactionCursor,
@@ -217,6 +216,7 @@ class Vacuum(Closeable):
         s3_config: S3Config,
         *,
         grace_ms: int = VacuumConfig.grace_ms,
+        allow_unsafe_grace: bool = False,
         delete_redundant_entries: bool = True,
         metrics: LlogMetrics | None = None,
         metadata_store: MetadataStore | None = None,
@@ -227,14 +227,7 @@ class Vacuum(Closeable):
     ) -> None:
         """``now_ms``: the wall clock object ages are taken against
         (``runtime.clock.now_ms`` when None); ``runtime`` also times the pass."""
-        if grace_ms < 0:
-            raise ConfigError(f"vacuum grace_ms must be >= 0, got {grace_ms}")
-        if grace_ms < MIN_SAFE_GRACE_MS:
-            log.warning(
-                "vacuum grace period %d ms is below %d ms (2 x the %d ms reference deadline D): "
-                "an object an append or a compaction is about to reference could be deleted; "
-                "use this only in tests", grace_ms, MIN_SAFE_GRACE_MS, REFERENCE_DEADLINE_MS,
-            )
+        check_grace(grace_ms, allow_unsafe=allow_unsafe_grace, name="vacuum grace_ms")
         self.bucket = s3_config.require_bucket()
         self.layout = LogLayout(oxia_config.root_prefix)
         self.grace_ms = grace_ms
@@ -256,6 +249,7 @@ class Vacuum(Closeable):
         """Build from ``LLOG_OXIA_*``, ``LLOG_S3_*`` and ``LLOG_VACUUM_*``."""
         config = VacuumConfig.from_env(env)
         kwargs.setdefault("grace_ms", config.grace_ms)
+        kwargs.setdefault("allow_unsafe_grace", config.allow_unsafe_grace)
         kwargs.setdefault("delete_redundant_entries", config.delete_redundant_entries)
         return cls(OxiaConfig.from_env(env), S3Config.from_env(env), metrics=metrics, **kwargs)
 

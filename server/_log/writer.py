@@ -58,7 +58,7 @@ from .._protocol.records import (
     PendingAppend,
 )
 from .._protocol.structs import AppendResult, SharedAppendGroup, validate_groups
-from .._protocol.constants import REFERENCE_DEADLINE_MS
+from .._protocol.constants import REFERENCE_DEADLINE_MS, check_reference_deadline
 from .._retry import Backoff
 from .._runtime import REAL_RUNTIME, Runtime
 from .._storage.metastore import EXPECT_ABSENT, MetadataStore
@@ -107,6 +107,7 @@ class LeaderlessLogWriter(Closeable):
         self.bucket = s3_config.require_bucket()
         self.layout = LogLayout(oxia_config.root_prefix)
         self.metrics = metrics or LlogMetrics()
+        check_reference_deadline(max_reference_age_ms, what="writer")
         self.max_reference_age_ms = max_reference_age_ms
         """SPEC 7.0 ``D``: a blob older than this is never referenced (vacuum may take it)."""
         self.runtime = runtime

@@ -136,7 +136,8 @@ def run_seed(seed: int, config: SimConfig | None = None) -> RunResult:
         new_writer=lambda: inline_pools(LeaderlessLogWriter(OXIA, S3, commit_parallelism=1, **parts)),
         new_compactor=lambda: inline_pools(LeaderlessLogCompactor(OXIA, S3, **parts)),
         new_reader=lambda: inline_pools(LeaderlessLogReader(OXIA, S3, **parts)),
-        new_vacuum=lambda: Vacuum(OXIA, S3, grace_ms=GRACE_MS, **parts),
+        new_vacuum=lambda: Vacuum(OXIA, S3, grace_ms=GRACE_MS, allow_unsafe_grace=True,  # tests try unsafe ones
+                                   **parts),
         grace_ms=GRACE_MS,
     )
     sched.max_jump_ms = world.max_jump_ms

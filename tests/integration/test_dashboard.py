@@ -100,6 +100,7 @@ def test_every_panel_returns_data_from_a_real_broker_and_compactor(
     compactor = Service(llog_env, tmp_path, "dash-compactor", extra_env={
         "LLOG_COMPACTOR_DISCOVERY_INTERVAL_MS": "500", "LLOG_VACUUM_INTERVAL_MS": "1000",
         "LLOG_VACUUM_GRACE_MS": "1000",
+        "LLOG_VACUUM_ALLOW_UNSAFE_GRACE": "true",
     })
     try:
         compactor.wait_healthy()

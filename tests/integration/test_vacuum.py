@@ -42,6 +42,7 @@ def s3(llog_env):
 
 
 def vacuum(llog_env, grace_ms: int, **kw) -> Vacuum:
+    kw.setdefault("allow_unsafe_grace", True)  # each test's writes are done before vacuum runs
     return Vacuum.from_env(llog_env, grace_ms=grace_ms, **kw)
 
 
@@ -197,7 +198,7 @@ def test_command_line_dry_run_then_real_run(writer, reader, s3, llog_env):
     compact(llog_env, "orders", 1)
     size = next(o.size for o in s3.list(llog_env["LLOG_S3_BUCKET"], blob))
 
-    dry = run_cli(llog_env, "--dry-run", "--grace-ms", "0")
+    dry = run_cli(llog_env, "--dry-run", "--grace-ms", "0", "--allow-unsafe-grace")
     assert dry.returncode == 0, dry.stderr
     assert f"would delete s3://{llog_env['LLOG_S3_BUCKET']}/{blob}  {size} B" in dry.stdout
     assert f"would delete 1 objects, {size} bytes" in dry.stdout
@@ -206,7 +207,7 @@ def test_command_line_dry_run_then_real_run(writer, reader, s3, llog_env):
     young = run_cli(llog_env)  # default grace: one hour
     assert young.returncode == 0 and "deleted 0 objects, 0 bytes" in young.stdout and "young=3" in young.stdout
 
-    real = run_cli(llog_env, "--grace-ms", "0")
+    real = run_cli(llog_env, "--grace-ms", "0", "--allow-unsafe-grace")
     assert real.returncode == 0, real.stderr
     assert f"deleted s3://{llog_env['LLOG_S3_BUCKET']}/{blob}" in real.stdout
     assert f"deleted 1 objects, {size} bytes" in real.stdout

@@ -99,7 +99,7 @@ def test_compaction_and_vacuum_racing_a_catch_up_never_hide_records(
     with LeaderlessLogCompactor(OXIA, S3, metadata_store=env.meta, object_store=env.objs, step_hook=hook) as c:
         assert c.compact_once("t", 0).outcome == CompactionOutcome.COMPACTED
     first.step()
-    with Vacuum(OXIA, S3, grace_ms=0, now_ms=lambda: 2**62, metadata_store=env.meta, object_store=env.objs) as v:
+    with Vacuum(OXIA, S3, grace_ms=0, allow_unsafe_grace=True, now_ms=lambda: 2**62, metadata_store=env.meta, object_store=env.objs) as v:
         report = v.run_once()
     assert any(d.kind == "wal-shared" for d in report.deleted)  # the cached entries now name deleted objects
     assert first.drain() == PAYLOADS

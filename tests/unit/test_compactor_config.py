@@ -35,13 +35,13 @@ def test_config_from_env():
         "LLOG_COMPACTOR_DISCOVERY_INTERVAL_MS": "0", "LLOG_COMPACTOR_IDLE_SLEEP_MS": "10",
         "LLOG_COMPACTOR_ERROR_SLEEP_MS": "20", "LLOG_COMPACTOR_IDLE_JITTER_MS": "1",
         "LLOG_COMPACTOR_ERROR_JITTER_MS": "2", "LLOG_COMPACTOR_MAX_OFFSETS_PER_RUN": "1_000",
-        "LLOG_COMPACTOR_SHUTDOWN_TIMEOUT_MS": "3", "LLOG_VACUUM_GRACE_MS": "5",
+        "LLOG_COMPACTOR_SHUTDOWN_TIMEOUT_MS": "3", "LLOG_VACUUM_GRACE_MS": "5", "LLOG_VACUUM_ALLOW_UNSAFE_GRACE": "1",
         "LLOG_VACUUM_INTERVAL_MS": "0", "LLOG_VACUUM_DELETE_REDUNDANT_ENTRIES": "0",
     })
     assert c == CompactorServiceConfig(
         compactor_id="c1", bind_host="0.0.0.0", port=0, targets=(A, B), workers=4, discovery_interval_ms=0,
         idle_sleep_ms=10, error_sleep_ms=20, idle_jitter_ms=1, error_jitter_ms=2, max_offsets_per_run=1000,
-        max_bytes_per_run=64 * 1024 * 1024, shutdown_timeout_ms=3, vacuum=VacuumConfig(5, 0, False),
+        max_bytes_per_run=64 * 1024 * 1024, shutdown_timeout_ms=3, vacuum=VacuumConfig(5, 0, False, True),
     )
 
 
@@ -69,12 +69,12 @@ def test_parse_targets():
 
 def test_flags_override_the_environment():
     env = {"LLOG_COMPACTOR_PORT": "9000", "LLOG_COMPACTOR_TARGETS": "orders:0", "LLOG_VACUUM_GRACE_MS": "10",
-           "LLOG_COMPACTOR_WORKERS": "3"}
+           "LLOG_VACUUM_ALLOW_UNSAFE_GRACE": "true", "LLOG_COMPACTOR_WORKERS": "3"}
     args = parse_args(["--port", "0", "--targets", "x:1,x:2", "--vacuum-interval-ms", "0", "--once"])
     assert isinstance(args, argparse.Namespace) and args.once
     c = config_from_args(args, env)
     assert (c.port, c.targets, c.workers) == (0, (TopicPartition("x", 1), TopicPartition("x", 2)), 3)
-    assert c.vacuum == VacuumConfig(grace_ms=10, interval_ms=0)
+    assert c.vacuum == VacuumConfig(grace_ms=10, interval_ms=0, allow_unsafe_grace=True)
 
 
 def test_help_exits_zero(capsys):

@@ -323,7 +323,7 @@ def test_a_compactor_overtaken_while_it_fetched_stops_with_a_conflict(stores):
 
     def fetch_after_b_and_vacuum(items):
         assert b.compact_once("orders", 0).outcome is CompactionOutcome.COMPACTED
-        with make(stores, Vacuum, grace_ms=0) as v:
+        with make(stores, Vacuum, grace_ms=0, allow_unsafe_grace=True) as v:
             assert v.run_once().deleted
         return real_fetch(items)
 
@@ -377,7 +377,7 @@ def test_compaction_covers_a_lingering_pending_and_clears_it_once_idle(stores):
         res = c.compact_once("orders", 0)
         assert res.outcome is CompactionOutcome.NOTHING_TO_DO
     assert ControlRecord.decode(meta.get(keys.control, keys.partition_key).value).pending is None
-    with make(stores, Vacuum, grace_ms=0) as v:
+    with make(stores, Vacuum, grace_ms=0, allow_unsafe_grace=True) as v:
         v.run_once()
     assert list(objs.list("llog", "llog/wal-shared/")) == []  # no pending pins the last WAL object
     # the writer's cached CAS now conflicts; it re-reads and goes on

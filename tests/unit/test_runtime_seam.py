@@ -24,7 +24,7 @@ from server._compaction.config import CompactorServiceConfig, VacuumConfig
 from server._compaction.service import CompactorService
 from server._config import BatchConfig, OxiaConfig, S3Config
 from server._errors import ConcurrencyConflict
-from server._protocol.constants import MIN_SAFE_GRACE_MS, REFERENCE_DEADLINE_MS, VACUUM_GRACE_MS
+from server._protocol.constants import MAX_CLOCK_SKEW_MS, MIN_SAFE_GRACE_MS, REFERENCE_DEADLINE_MS, VACUUM_GRACE_MS
 from server._protocol.keys import LogLayout, TopicPartition
 from server._protocol.records import CompactorClaim
 from server._retry import Backoff
@@ -150,7 +150,7 @@ def test_the_real_runtime_is_the_machines():
 
 
 def test_spec_constants_keep_their_rule():
-    assert MIN_SAFE_GRACE_MS == 2 * REFERENCE_DEADLINE_MS <= VACUUM_GRACE_MS
+    assert MIN_SAFE_GRACE_MS == 2 * (REFERENCE_DEADLINE_MS + MAX_CLOCK_SKEW_MS) <= VACUUM_GRACE_MS
     assert VacuumConfig().grace_ms == VACUUM_GRACE_MS
     assert LeaderlessLogWriter(OXIA, S3, metadata_store=InMemoryMetadataStore(),
                                object_store=InMemoryObjectStore()).max_reference_age_ms == REFERENCE_DEADLINE_MS
