@@ -188,7 +188,7 @@ class CompactorService:
 
         return Vacuum(
             self._oxia_config, self._s3_config,
-            grace_ms=self.config.vacuum.grace_ms,
+            grace_ms=self.config.vacuum.grace_ms, allow_unsafe_grace=self.config.vacuum.allow_unsafe_grace,
             delete_redundant_entries=self.config.vacuum.delete_redundant_entries,
             metrics=self.metrics, stores=self._stores, runtime=self.runtime,
         )

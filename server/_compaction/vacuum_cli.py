@@ -97,7 +97,8 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         return 2
     try:
         with Vacuum.from_env(
-            env, grace_ms=config.grace_ms, delete_redundant_entries=config.delete_redundant_entries
+            env, grace_ms=config.grace_ms, allow_unsafe_grace=config.allow_unsafe_grace,
+            delete_redundant_entries=config.delete_redundant_entries,
         ) as vacuum:
             report = vacuum.run_once(dry_run=args.dry_run)
     except LlogError as exc:
