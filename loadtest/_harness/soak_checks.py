@@ -38,7 +38,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping, Sequence
 
-__all__ = ["Check", "SoakLimits", "evaluate", "least_squares_slope", "object_rule", "second_half"]
+__all__ = ["Check", "SoakLimits", "evaluate", "figure_lines", "figures", "least_squares_slope", "object_rule",
+           "second_half"]
 
 MIB = 1024 * 1024
 PRODUCT_KINDS = ("broker", "compactor")
@@ -164,13 +165,44 @@ def object_rule(samples: Sequence[Mapping[str, Any]], limits: SoakLimits) -> Che
                   "vacuum_acted_before_last_third": acted})
 
 
-def compacted_growth(samples: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """How fast compacted objects accumulated over the second half (objects/hour): reported, not judged."""
+def figures(samples: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """What is reported, not judged: how fast compacted objects accumulated
+    over the second half (objects/hour), and vacuum's passes: how many, how
+    many failed, and their mean duration over each third of the load phase
+    (a pass that slows as the log grows shows here)."""
     points = [(s["ts_ms"] / 3_600_000, float(s["objects"]["by_kind"]["compacted"]))
               for s in second_half(samples) if (s.get("objects") or {}).get("ok")]
     slope = least_squares_slope(points)
-    return {"compacted_objects_per_hour": None if slope is None else round(slope, 1),
-            "compacted_objects_last": int(points[-1][1]) if points else None}
+    vacuum = [s["vacuum"] for s in samples if (s.get("vacuum") or {}).get("ok")]
+    return {
+        "compacted_objects_per_hour": None if slope is None else round(slope, 1),
+        "compacted_objects_last": int(points[-1][1]) if points else None,
+        "vacuum_passes": vacuum[-1]["runs"] if vacuum else None,
+        "vacuum_failed_passes": vacuum[-1].get("failed_runs") if vacuum else None,
+        "vacuum_mean_pass_s_by_third": _pass_seconds_by_third(load_samples(samples)),
+    }
+
+
+def _pass_seconds_by_third(load: Sequence[Mapping[str, Any]]) -> list[float | None]:
+    readings = [(s["ts_ms"], s["vacuum"]) for s in load if (s.get("vacuum") or {}).get("ok")]
+    if len(readings) < 2:
+        return []
+    start, end = readings[0][0], readings[-1][0]
+    out: list[float | None] = []
+    for i in range(3):
+        part = [v for t, v in readings if start + i * (end - start) / 3 <= t <= start + (i + 1) * (end - start) / 3]
+        runs = part[-1]["runs"] - part[0]["runs"] if len(part) > 1 else 0
+        out.append(round((part[-1]["run_seconds"] - part[0]["run_seconds"]) / runs, 2) if runs > 0 else None)
+    return out
+
+
+def figure_lines(found: Mapping[str, Any]) -> list[str]:
+    """:func:`figures` as lines to print."""
+    return [f"compacted objects: {found['compacted_objects_last']} at the end, "
+            f"{found['compacted_objects_per_hour']} more per hour (one per compaction run; the log's data)",
+            f"vacuum: {found['vacuum_passes']} passes, {found['vacuum_failed_passes']} failed; mean pass "
+            f"{' / '.join('-' if v is None else f'{v} s' for v in found['vacuum_mean_pass_s_by_third'])} "
+            "over each third of the load"]
 
 
 def evaluate(samples: Sequence[Mapping[str, Any]], *, summary: Mapping[str, Any], payloads: Mapping[str, Any],

@@ -24,7 +24,7 @@ from typing import Any, Callable
 from .json_files import write_json_atomic
 from .rundir import RESULTS_DIR
 from .scenario import EnvSpec, Scenario, load_scenario
-from .soak_checks import Check, SoakLimits, compacted_growth, evaluate
+from .soak_checks import Check, SoakLimits, evaluate, figure_lines, figures
 
 __all__ = ["SoakOptions", "SoakOutcome", "run_soak", "soak_scenario"]
 
@@ -199,10 +199,13 @@ def _verdict(stack: Any, scenario: Scenario, options: SoakOptions, reader: Any, 
         render_plots(run_dir)
     except Exception as exc:  # noqa: BLE001 - the harness's pictures must not cost the verdict
         say(f"plots failed: {type(exc).__name__}: {exc}")
+    found = figures(samples)
+    for line in figure_lines(found):
+        say(line)
     outcome = SoakOutcome(run_dir, tuple(checks), image)
     write_json_atomic(run_dir / "soak.json", {
         "ok": outcome.ok, "checks": [c.to_json() for c in checks], "payloads": payloads, "catch_up": catch_up,
-        "objects": compacted_growth(samples), "options": _options_json(options, scenario),
+        "figures": found, "options": _options_json(options, scenario),
     })
     return outcome
 

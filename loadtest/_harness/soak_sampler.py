@@ -8,7 +8,7 @@ A line (all times UTC milliseconds)::
      "objects": {"ok": true, "total": 812, "bytes": ..., "list_ms": 35.0,
                  "by_kind": {"wal-shared": 700, "compacted": 112, "legacy-wal": 0, "other": 0}},
      "compaction": {"ok": true, "lag": {"lt:0": 0, ...}, "high_watermark_sum": 51200},
-     "vacuum": {"ok": true, "runs": 3, "objects_deleted": 412}}
+     "vacuum": {"ok": true, "runs": 3, "failed_runs": 0, "objects_deleted": 412, "run_seconds": 4.2}}
 
 - ``processes``: every process of ``stack.json`` with a pid (Oxia, MinIO,
   brokers, compactor services), read from ``/proc`` (:mod:`.procfs`);
@@ -20,8 +20,9 @@ A line (all times UTC milliseconds)::
 - ``compaction``: per partition, ``high watermark - (cursor - 1)``, the
   offsets written but not compacted (the cursor is read first, so a lag is
   never under-stated);
-- ``vacuum``: the compactor services' ``vacuum_runs_total`` and
-  ``vacuum_objects_deleted_total``, summed.
+- ``vacuum``: the compactor services' passes (``vacuum_runs_total``, and
+  those that failed), ``vacuum_objects_deleted_total`` and the seconds the
+  passes took (the sum of ``vacuum_run_seconds``), summed.
 
 A part that fails (S3 or Oxia unreachable for a moment) says ``"ok": false``
 with the error; the sampler keeps going.
@@ -154,11 +155,15 @@ class SoakSampler:
         return {"ok": True, "lag": lag, "high_watermark_sum": hwm_sum}
 
     def _vacuum(self) -> dict[str, Any]:
-        runs = deleted = 0.0
+        totals = {"runs": 0.0, "failed_runs": 0.0, "objects_deleted": 0.0, "run_seconds": 0.0}
         for url in self._compactor_urls:
             entry = self._scrape(url)
             if not entry["ok"]:
                 return {"ok": False, "error": entry["error"]}
-            runs += metric_sum(entry["metrics"], "counters", "vacuum_runs_total")
-            deleted += metric_sum(entry["metrics"], "counters", "vacuum_objects_deleted_total")
-        return {"ok": True, "runs": int(runs), "objects_deleted": int(deleted)}
+            doc = entry["metrics"]
+            totals["runs"] += metric_sum(doc, "counters", "vacuum_runs_total")
+            totals["failed_runs"] += metric_sum(doc, "counters", "vacuum_runs_total", outcome="error")
+            totals["objects_deleted"] += metric_sum(doc, "counters", "vacuum_objects_deleted_total")
+            histogram = ((doc.get("histograms") or {}).get("vacuum_run_seconds") or {}).get("") or {}
+            totals["run_seconds"] += float(histogram.get("sum_s") or 0.0)
+        return {"ok": True, **{k: round(v, 3) if k == "run_seconds" else int(v) for k, v in totals.items()}}

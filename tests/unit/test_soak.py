@@ -18,6 +18,8 @@ from loadtest._harness.scenario import ScenarioError, load_scenario, parse_scena
 from loadtest._harness.soak_checks import (
     SoakLimits,
     catch_up_check,
+    figure_lines,
+    figures,
     flat_checks,
     least_squares_slope,
     object_rule,
@@ -182,7 +184,9 @@ def test_a_sample_holds_processes_objects_lag_and_vacuum(tmp_path: Path):
     def scrape(url: str) -> dict:
         scraped.append(url)
         return {"ok": True, "error": None, "metrics": {"counters": {
-            "vacuum_runs_total": {"dry_run=False,outcome=ok": 3}, "vacuum_objects_deleted_total": {"kind=wal-shared": 9}}}}
+            "vacuum_runs_total": {"dry_run=False,outcome=ok": 3, "dry_run=False,outcome=error": 1},
+            "vacuum_objects_deleted_total": {"kind=wal-shared": 9}},
+            "histograms": {"vacuum_run_seconds": {"": {"count": 4, "sum_s": 2.5}}}}}
 
     sampler = SoakSampler(stack, tmp_path / "s.jsonl", reader=_Reader(), objects=_Objects(), bucket="llog",
                           root="run", partitions=[("lt", 0), ("lt", 1)], scrape=scrape)
@@ -195,7 +199,7 @@ def test_a_sample_holds_processes_objects_lag_and_vacuum(tmp_path: Path):
     assert sample["objects"]["by_kind"] == {"wal-shared": 2, "compacted": 1, "legacy-wal": 0, "other": 1}
     assert sample["objects"]["total"] == 4 and sample["objects"]["bytes"] == 51
     assert sample["compaction"]["lag"] == {"lt:0": 0, "lt:1": 51}
-    assert sample["vacuum"] == {"ok": True, "runs": 3, "objects_deleted": 9}
+    assert sample["vacuum"] == {"ok": True, "runs": 4, "failed_runs": 1, "objects_deleted": 9, "run_seconds": 2.5}
     assert sampler.lags() == {"lt:0": 0, "lt:1": 51}
 
 
@@ -246,3 +250,17 @@ def test_the_command_line_refuses_a_short_grace_without_saying_so(capsys: pytest
     with pytest.raises(SystemExit) as exit_info:
         soak.main(["--broker-env", "PATH=/tmp"])
     assert exit_info.value.code == 2
+
+
+def test_the_reported_figures_say_how_fast_compacted_objects_grow_and_how_long_vacuum_takes():
+    samples = _samples(60)
+    for i, s in enumerate(samples):
+        s["objects"]["by_kind"]["compacted"] = 7 + i * 2  # a sample every 10 s: 720 an hour
+        passes = i // 2  # a pass every 20 s, pass k taking 1 + k / 100 s
+        s["vacuum"].update(runs=passes, failed_runs=0, run_seconds=sum(1 + k / 100 for k in range(passes)))
+    found = figures(samples)
+    assert found["compacted_objects_per_hour"] == pytest.approx(720)
+    assert found["vacuum_passes"] == (len(samples) - 1) // 2 and found["vacuum_failed_passes"] == 0
+    first, middle, last = found["vacuum_mean_pass_s_by_third"]
+    assert first < middle < last, "passes that slow down show it"
+    assert "720" in " ".join(figure_lines(found))
