@@ -31,9 +31,10 @@ up, reads back every acknowledged record (offsets and bytes), then judges:
 The defaults fit a fresh machine: vacuum grace 150 s, interval 20 s (SPEC
 7.0 / 7.9: the grace must be at least 2 D + clock skew, with the reference
 deadline D = 60 s; a shorter grace is refused unless ``--allow-short-grace``,
-for tests only). The rate, 3,000 records/s of 256 B in requests of 64
-records, is half of the ~6,000 records/s that the same shape reached closed
-loop through 3 brokers here (see ``loadtest/scenarios/soak.toml``).
+for tests only). The rate, 2,000 records/s of 256 B in requests of 64
+records over 24 partitions, is about half of what the same shape takes
+closed loop through 3 brokers on 2 cores (the measurement is in
+``loadtest/scenarios/soak.toml``); ``--rate`` changes it.
 
 Writes into ``loadtest/results/<UTC>-soak/`` (git-ignored): the harness's
 artifacts (``summary.json`` with the read-back, ``client-30s.jsonl``,

@@ -106,11 +106,13 @@ def _run(stack: Any, scenario: Scenario, options: SoakOptions, say: Callable[[st
 
     reader = LeaderlessLogReader.from_env(stack.llog_env)
     objects = S3ObjectStore(S3Config.from_env(stack.llog_env))
+    sampler = _sampler(stack, scenario, options, reader, objects)
     try:
-        sampler = _sampler(stack, scenario, options, reader, objects)
-        window = _load(stack, scenario, options, sampler, say)
-        catch_up = _catch_up(sampler, options, say)
-        sampler.stop()
+        try:
+            window = _load(stack, scenario, options, sampler, say)
+            catch_up = _catch_up(sampler, options, say)
+        finally:
+            sampler.stop()
         return _verdict(stack, scenario, options, reader, window, catch_up, say)
     finally:
         objects.close()
