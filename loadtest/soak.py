@@ -65,7 +65,7 @@ from typing import Sequence
 
 from loadtest._harness.rundir import RESULTS_DIR
 from loadtest._harness.soak_checks import SoakLimits
-from loadtest._harness.soak_run import SoakOptions, run_soak
+from loadtest._harness.soak_run import SoakOptions, grace_is_legal, run_soak, soak_scenario, vacuum_settings
 
 __all__ = ["main"]
 
@@ -87,11 +87,12 @@ def _parser() -> argparse.ArgumentParser:
                                 epilog=doc.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
     defaults, limits = SoakOptions(), SoakLimits()
     p.add_argument("--minutes", type=float, default=defaults.minutes, help="how long to produce (default %(default)s)")
-    p.add_argument("--rate", type=int, help="records per second (default: the scenario's)")
-    p.add_argument("--vacuum-grace-ms", type=int, default=defaults.vacuum_grace_ms,
-                   help="LLOG_VACUUM_GRACE_MS of the compactor (default %(default)s)")
-    p.add_argument("--vacuum-interval-ms", type=int, default=defaults.vacuum_interval_ms,
-                   help="LLOG_VACUUM_INTERVAL_MS of the compactor (default %(default)s)")
+    scenario = soak_scenario(defaults)
+    grace_ms, interval_ms = vacuum_settings(scenario)
+    p.add_argument("--rate", type=int, help=f"records per second (default {scenario.load.rate})")
+    p.add_argument("--vacuum-grace-ms", type=int, help=f"LLOG_VACUUM_GRACE_MS of the compactor (default {grace_ms})")
+    p.add_argument("--vacuum-interval-ms", type=int,
+                   help=f"LLOG_VACUUM_INTERVAL_MS of the compactor (default {interval_ms})")
     p.add_argument("--allow-short-grace", action="store_true",
                    help="run with a grace below 2 D + skew (SPEC 7.0), for a short test")
     p.add_argument("--sample-interval-s", type=float, default=defaults.sample_interval_s,
@@ -114,7 +115,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    if args.minutes <= 0 or args.sample_interval_s <= 0 or args.vacuum_interval_ms <= 0:
+    if args.minutes <= 0 or args.sample_interval_s <= 0 or (args.vacuum_interval_ms or 1) <= 0:
         parser.error("--minutes, --sample-interval-s and --vacuum-interval-ms must be > 0")
     limits = SoakLimits(rss_mib_per_hour=args.max_rss_mib_per_hour, fds_per_hour=args.max_fds_per_hour,
                         max_lag=args.max_compaction_lag)
@@ -123,8 +124,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                           catch_up_timeout_s=args.catch_up_timeout_s, broker_env=tuple(args.broker_env),
                           compactor_env=tuple(args.compactor_env),
                           results_dir=args.results_dir, limits=limits)
-    if not options.grace_is_legal and not args.allow_short_grace:
-        parser.error(f"--vacuum-grace-ms {args.vacuum_grace_ms} is below 2 D + skew (SPEC 7.0, D = 60 s): "
+    grace_ms, _ = vacuum_settings(soak_scenario(options))
+    if not grace_is_legal(grace_ms) and not args.allow_short_grace:
+        parser.error(f"a vacuum grace of {grace_ms} ms is below 2 D + skew (SPEC 7.0, D = 60 s): "
                      "vacuum could delete an object about to be referenced; --allow-short-grace for a test")
     outcome = run_soak(options, say=_say)
     for check in outcome.checks:

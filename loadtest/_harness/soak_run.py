@@ -21,12 +21,14 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
+from server._compaction.config import DEFAULT_VACUUM_GRACE_MS, DEFAULT_VACUUM_INTERVAL_MS
+
 from .json_files import write_json_atomic
 from .rundir import RESULTS_DIR
 from .scenario import EnvSpec, Scenario, load_scenario
 from .soak_checks import Check, SoakLimits, evaluate, figure_lines, figures
 
-__all__ = ["SoakOptions", "SoakOutcome", "run_soak", "soak_scenario"]
+__all__ = ["SoakOptions", "SoakOutcome", "grace_is_legal", "run_soak", "soak_scenario", "vacuum_settings"]
 
 SPEC_DEADLINE_MS = 60_000
 """SPEC 7.0's reference deadline ``D`` (the writer's and the compactor's)."""
@@ -42,8 +44,10 @@ class SoakOptions:
     minutes: float = 60.0
     rate: int | None = None
     """Records per second (None: the scenario's)."""
-    vacuum_grace_ms: int = 150_000
-    vacuum_interval_ms: int = 20_000
+    vacuum_grace_ms: int | None = None
+    """LLOG_VACUUM_GRACE_MS of the compactor (None: the scenario's)."""
+    vacuum_interval_ms: int | None = None
+    """LLOG_VACUUM_INTERVAL_MS of the compactor (None: the scenario's)."""
     sample_interval_s: float = 10.0
     catch_up_timeout_s: float = 120.0
     broker_env: tuple[tuple[str, str], ...] = ()
@@ -51,10 +55,6 @@ class SoakOptions:
     """Over the scenario's and the vacuum settings."""
     results_dir: Path = RESULTS_DIR
     limits: SoakLimits = field(default_factory=SoakLimits)
-
-    @property
-    def grace_is_legal(self) -> bool:
-        return self.vacuum_grace_ms >= 2 * SPEC_DEADLINE_MS + CLOCK_SKEW_MS
 
 
 @dataclass(frozen=True)
@@ -72,11 +72,24 @@ def soak_scenario(options: SoakOptions) -> Scenario:
     """The shipped ``soak`` scenario with the options' duration, rate and environment."""
     base = load_scenario("soak")
     load = base.load if options.rate is None else replace(base.load, rate=options.rate)
-    vacuum = (("LLOG_VACUUM_GRACE_MS", str(options.vacuum_grace_ms)),
-              ("LLOG_VACUUM_INTERVAL_MS", str(options.vacuum_interval_ms)))
+    vacuum = tuple((name, str(value)) for name, value in (("LLOG_VACUUM_GRACE_MS", options.vacuum_grace_ms),
+                                                           ("LLOG_VACUUM_INTERVAL_MS", options.vacuum_interval_ms))
+                   if value is not None)
     env = EnvSpec(broker=_merged(base.env.broker, options.broker_env),
                   compactor=_merged(base.env.compactor, vacuum + options.compactor_env))
     return replace(base, duration_s=options.minutes * 60, load=load, env=env)
+
+
+def vacuum_settings(scenario: Scenario) -> tuple[int, int]:
+    """(grace, interval) in ms that the scenario's compactors run vacuum with."""
+    env = dict(scenario.env.compactor)
+    return (int(env.get("LLOG_VACUUM_GRACE_MS", DEFAULT_VACUUM_GRACE_MS)),
+            int(env.get("LLOG_VACUUM_INTERVAL_MS", DEFAULT_VACUUM_INTERVAL_MS)))
+
+
+def grace_is_legal(grace_ms: int) -> bool:
+    """SPEC 7.0: ``G >= 2 D`` plus the clock skew between the machines."""
+    return grace_ms >= 2 * SPEC_DEADLINE_MS + CLOCK_SKEW_MS
 
 
 def _merged(base: tuple[tuple[str, str], ...], over: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
@@ -88,8 +101,9 @@ def run_soak(options: SoakOptions, say: Callable[[str], None] = print) -> SoakOu
     from .run import RunOptions, start_stack
 
     scenario = soak_scenario(options)
-    if not options.grace_is_legal:
-        say(f"vacuum grace {options.vacuum_grace_ms} ms is below SPEC 7.0's 2 D + skew "
+    grace_ms, _ = vacuum_settings(scenario)
+    if not grace_is_legal(grace_ms):
+        say(f"vacuum grace {grace_ms} ms is below SPEC 7.0's 2 D + skew "
             f"({2 * SPEC_DEADLINE_MS + CLOCK_SKEW_MS} ms with D = {SPEC_DEADLINE_MS} ms): for a short test only")
     ensure_hammer()  # built before the clock starts, so load begins when the schedule says
     stack = start_stack(scenario, RunOptions(results_dir=options.results_dir), say)
@@ -213,9 +227,10 @@ def _verdict(stack: Any, scenario: Scenario, options: SoakOptions, reader: Any, 
 
 
 def _options_json(options: SoakOptions, scenario: Scenario) -> dict[str, Any]:
+    grace_ms, interval_ms = vacuum_settings(scenario)
     return {"minutes": options.minutes, "rate": scenario.load.rate, "record_bytes": scenario.load.record_bytes,
-            "partitions": scenario.load.partitions, "vacuum_grace_ms": options.vacuum_grace_ms,
-            "vacuum_interval_ms": options.vacuum_interval_ms, "grace_is_legal": options.grace_is_legal,
+            "partitions": scenario.load.partitions, "vacuum_grace_ms": grace_ms,
+            "vacuum_interval_ms": interval_ms, "grace_is_legal": grace_is_legal(grace_ms),
             "sample_interval_s": options.sample_interval_s, "catch_up_timeout_s": options.catch_up_timeout_s,
             "broker_env": dict(options.broker_env),
             "compactor_env": dict(options.compactor_env), "limits": asdict(options.limits)}

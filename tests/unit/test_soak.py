@@ -26,7 +26,7 @@ from loadtest._harness.soak_checks import (
     read_back_check,
 )
 from loadtest._harness.soak_plot import render_soak_plot
-from loadtest._harness.soak_run import SoakOptions, soak_scenario
+from loadtest._harness.soak_run import SoakOptions, grace_is_legal, soak_scenario, vacuum_settings
 from loadtest._harness.soak_sampler import SoakSampler, object_kind
 from server._errors import CorruptBatch
 from server._protocol.codec import encode_batch
@@ -223,7 +223,8 @@ def test_the_picture_has_every_panel_drawn(tmp_path: Path):
 def test_the_soak_scenario_ships_with_vacuum_running_and_options_override_it():
     scenario = load_scenario("soak")
     assert len(scenario.broker_roles()) == 3 and scenario.compactors == 1 and scenario.load.mode == "open"
-    assert dict(scenario.env.compactor)["LLOG_VACUUM_GRACE_MS"] == "150000"
+    assert vacuum_settings(scenario) == (150_000, 20_000) and grace_is_legal(150_000) and not grace_is_legal(149_999)
+    assert vacuum_settings(soak_scenario(SoakOptions())) == (150_000, 20_000)
     run = soak_scenario(SoakOptions(minutes=2, rate=500, vacuum_grace_ms=20_000, vacuum_interval_ms=5_000,
                                     broker_env=(("LLOG_TAIL_CACHE_MAX_BYTES", "1024"),)))
     assert run.duration_s == 120 and run.load.rate == 500
@@ -247,6 +248,9 @@ def test_the_command_line_refuses_a_short_grace_without_saying_so(capsys: pytest
     with pytest.raises(SystemExit) as exit_info:
         soak.main(["--minutes", "2", "--vacuum-grace-ms", "20000"])
     assert exit_info.value.code == 2 and "--allow-short-grace" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:  # the grace is the compactor's setting, however it is given
+        soak.main(["--compactor-env", "LLOG_VACUUM_GRACE_MS=60000"])
+    assert exit_info.value.code == 2 and "60000 ms is below" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exit_info:
         soak.main(["--broker-env", "PATH=/tmp"])
     assert exit_info.value.code == 2
