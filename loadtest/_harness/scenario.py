@@ -63,7 +63,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping
 
-__all__ = ["BrokerGroup", "EnvSpec", "Fault", "Scenario", "ScenarioError", "load_scenario", "scenario_path", "SCENARIOS_DIR"]
+__all__ = ["BrokerGroup", "EnvSpec", "Fault", "Scenario", "ScenarioError", "load_scenario", "scenario_path",
+           "SCENARIOS_DIR"]
 
 SCENARIOS_DIR = Path(__file__).resolve().parents[1] / "scenarios"
 ROLES = ("write", "read", "both")

@@ -124,7 +124,7 @@ def _run(stack: Any, scenario: Scenario, options: SoakOptions, say: Callable[[st
     try:
         try:
             window = _load(stack, scenario, options, sampler, say)
-            catch_up = _catch_up(sampler, options, say)
+            catch_up = _catch_up(sampler, options, window[0] + scenario.duration_s, say)
         finally:
             sampler.stop()
         return _verdict(stack, scenario, options, reader, window, catch_up, say)
@@ -171,13 +171,15 @@ def _load(stack: Any, scenario: Scenario, options: SoakOptions, sampler: Any,
     return started, time.time()
 
 
-def _catch_up(sampler: Any, options: SoakOptions, say: Callable[[str], None]) -> dict[str, Any]:
-    """Poll every partition's compaction lag until each is within the limit, or the timeout."""
-    started = time.monotonic()
+def _catch_up(sampler: Any, options: SoakOptions, load_stopped_s: float,
+              say: Callable[[str], None]) -> dict[str, Any]:
+    """Poll every partition's compaction lag until each is within the limit, or
+    the timeout; both counted from when producing stopped (Unix seconds), which
+    is before the hammer exits (its consumers drain first)."""
     lag: dict[str, int] | None = None
     while True:
         lag = sampler.lags() or lag
-        waited = time.monotonic() - started
+        waited = max(0.0, time.time() - load_stopped_s)
         if lag is not None and max(lag.values(), default=0) <= options.limits.max_lag:
             say(f"compaction caught up {waited:.1f} s after load stopped")
             break

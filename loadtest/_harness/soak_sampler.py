@@ -101,7 +101,8 @@ class SoakSampler:
         with self._lock:
             now_ms = int(time.time() * 1000)
             sample = {"ts_ms": now_ms, "elapsed_s": round(time.monotonic() - self._started, 3),
-                      "phase": "load" if now_ms < self.load_until_ms else "catch-up", "processes": self._sample_processes(), "objects": self._count_objects(),
+                      "phase": "load" if now_ms < self.load_until_ms else "catch-up",
+                      "processes": self._sample_processes(), "objects": self._count_objects(),
                       "compaction": self._compaction(), "vacuum": self._vacuum()}
             with open(self.out_path, "a") as out:
                 out.write(json.dumps(sample, separators=(",", ":")) + "\n")
