@@ -210,7 +210,8 @@ def _verdict(stack: Any, scenario: Scenario, options: SoakOptions, reader: Any, 
                 "problems": check.problems}
     samples = [json.loads(line) for line in (run_dir / "soak-samples.jsonl").read_text().splitlines() if line]
     checks = evaluate(samples, summary=summary, payloads=payloads, catch_up=catch_up,
-                      target_rate=float(scenario.load.rate), limits=options.limits)
+                      target_rate=float(scenario.load.rate), vacuum_interval_s=vacuum_settings(scenario)[1] / 1000,
+                      limits=options.limits)
     windows = load_run(run_dir).client_windows
     image = render_soak_plot(samples, windows, run_dir / "soak.png", f"Soak  ·  {stack.run_id}")
     try:

@@ -92,15 +92,32 @@ def test_wal_objects_levelling_off_once_vacuum_acts_pass():
     def sawtooth(t: float) -> int:  # up to ~1,000 after 3 minutes, then vacuum every 20 s
         return int(min(t * 3600, 180) * 5 + (t * 3600 % 20) * 5)
 
-    check = object_rule(_samples(60, wal=sawtooth, deleted=lambda t: int(t * 1000)), SoakLimits())
+    check = object_rule(_samples(60, wal=sawtooth, deleted=lambda t: int(t * 1000)), SoakLimits(), 20.0)
     assert check.ok, check.detail
     assert check.values["vacuum_acted_before_last_third"] is True
 
 
+def test_the_margin_is_one_vacuum_cycle_of_new_objects():
+    def run(last_third_extra: int):
+        def wal(t: float) -> int:
+            return 1000 + (last_third_extra if t >= 40 / 60 else 0)
+
+        samples = _samples(60, wal=wal, deleted=lambda t: int(5 * t * 3600) - wal(t))  # 5 made a second
+        for s in samples:
+            seconds = (s["ts_ms"] - T0) / 1000
+            s["vacuum"].update(runs=int(seconds // 25), run_seconds=5.0 * int(seconds // 25))  # 5 s passes
+        return object_rule(samples, SoakLimits(), 20.0)
+
+    within = run(200)  # allowed: 1000 x 1.1 + 5/s x (20 s interval + 5 s pass)
+    assert within.ok and within.values["objects_per_vacuum_cycle"] == pytest.approx(125, rel=0.02)
+    assert within.values["allowed"] == pytest.approx(1225, rel=0.01)
+    assert not run(300).ok
+
+
 def test_wal_objects_growing_fail_and_so_does_a_run_vacuum_never_touched():
-    growing = object_rule(_samples(60, wal=lambda t: int(t * 3600 * 5)), SoakLimits())
+    growing = object_rule(_samples(60, wal=lambda t: int(t * 3600 * 5)), SoakLimits(), 20.0)
     assert not growing.ok and growing.values["max_last_third"] > 1.4 * growing.values["max_middle_third"]
-    untouched = object_rule(_samples(60, deleted=lambda t: 0), SoakLimits())
+    untouched = object_rule(_samples(60, deleted=lambda t: 0), SoakLimits(), 20.0)
     assert not untouched.ok and "vacuum deleted nothing" in untouched.detail
 
 
