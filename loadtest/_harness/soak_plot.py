@@ -1,10 +1,11 @@
 """``soak.png``: the soak run's series, one panel each, on one UTC time axis.
 
-1. RSS per process; 2. open files per process; 3. threads per process;
-4. CPU per process (% of one core); 5. S3 objects under the run's root
-(all, WAL, compacted); 6. produce (acknowledged) and consume rate per
-client window; 7. compaction lag (the max over partitions and the worst
-partitions). Vertical lines mark where the second half of the load phase
+1. RSS of the brokers and compactors (the processes judged) and 2. of Oxia
+and MinIO (hundreds of MiB: on one axis they would flatten the others);
+3. open files per process; 4. threads per process; 5. CPU per process (%
+of one core); 6. S3 objects under the run's root (all, WAL, compacted);
+7. produce (acknowledged) and consume rate per client window; 8. compaction
+lag (the max over partitions and the worst partitions). Vertical lines mark where the second half of the load phase
 begins (the flatness checks' window) and where load stopped.
 
 Drawn with the harness's plot style (:mod:`.plots`): the values' unit on
@@ -19,7 +20,7 @@ from typing import Any, Mapping, Sequence
 from dashboard._panel_data import TimeRange
 
 from .plots import MAX_LINES, Line, Panel, _draw_figure
-from .soak_checks import GARBAGE_KINDS, load_samples, second_half
+from .soak_checks import GARBAGE_KINDS, PRODUCT_KINDS, load_samples, second_half
 
 __all__ = ["render_soak_plot"]
 
@@ -29,7 +30,10 @@ def render_soak_plot(samples: Sequence[Mapping[str, Any]], windows: Sequence[Map
     """Draw the samples and the client's windows into ``path`` (a PNG)."""
     markers = _markers(samples)
     panels = [
-        _process_panel(samples, "Resident memory per process", "bytes", "RSS", "rss_bytes"),
+        _process_panel(samples, "Resident memory: brokers and compactors (judged flat)", "bytes", "RSS", "rss_bytes",
+                       kinds=PRODUCT_KINDS),
+        _process_panel(samples, "Resident memory: Oxia and MinIO (shown, not judged)", "bytes", "RSS", "rss_bytes",
+                       kinds=None),
         _process_panel(samples, "Open files per process", "short", "open files", "open_files"),
         _process_panel(samples, "Threads per process", "short", "threads", "threads"),
         Panel("CPU per process (% of one core)", "percent", "CPU (%)", _cpu_lines(samples)),
@@ -58,13 +62,18 @@ def _markers(samples: Sequence[Mapping[str, Any]]) -> list[tuple[int, str]]:
     return out
 
 
-def _process_names(samples: Sequence[Mapping[str, Any]]) -> list[str]:
-    return sorted({n for s in samples for n in (s.get("processes") or {})})
+def _process_names(samples: Sequence[Mapping[str, Any]], kinds: Sequence[str] | None = ()) -> list[str]:
+    """Every process (``kinds`` empty), those of ``kinds``, or (None) those of no product kind."""
+    def wanted(kind: str) -> bool:
+        return kind not in PRODUCT_KINDS if kinds is None else (not kinds or kind in kinds)
+
+    return sorted({n for s in samples for n, p in (s.get("processes") or {}).items() if wanted(p.get("kind", ""))})
 
 
-def _process_panel(samples: Sequence[Mapping[str, Any]], title: str, unit: str, ylabel: str, key: str) -> Panel:
+def _process_panel(samples: Sequence[Mapping[str, Any]], title: str, unit: str, ylabel: str, key: str,
+                   kinds: Sequence[str] | None = ()) -> Panel:
     lines = []
-    for name in _process_names(samples):
+    for name in _process_names(samples, kinds):
         points = [(s["ts_ms"], float(p[key])) for s in samples
                   if (p := (s.get("processes") or {}).get(name)) and p.get(key) is not None]
         lines.append(Line(name, points=points))

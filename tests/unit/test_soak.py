@@ -233,7 +233,7 @@ def test_the_picture_has_every_panel_drawn(tmp_path: Path):
     with Image.open(path) as png:
         width, height = png.size
         colours = png.convert("RGB").getcolors(maxcolors=1_000_000)
-    assert width >= 1000 and height >= 7 * 300
+    assert width >= 1000 and height >= 8 * 300
     assert len(colours) > 50, "a blank or nearly blank picture"
 
 
