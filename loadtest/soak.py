@@ -52,8 +52,8 @@ Examples:
       --compactor-env LLOG_COMPACTOR_BLOB_CACHE_BYTES=4194304    # the suite's 2-minute version
 
 The 2-minute version shrinks the brokers' tail cache and the compactor's
-blob cache so that they fill within the first minute: with the defaults
-(512 MiB, 128 MiB) they are still filling when a short run ends, which is
+blob cache so that they are full within the first minute: with the defaults
+(512 MiB, 128 MiB) they can still be filling when a short run ends, which is
 warm-up, not a leak; an hour-long run is past it by its second half.
 """
 
