@@ -21,4 +21,9 @@ concept:
 - ``reconcile``: its reconciliation: client acks against broker counters and the log
 - ``summary_text``: its compact text rendering, printed at the end of a run
 - ``plots``: pictures of a run from its artifacts (``plots/*.png``)
+- ``payloads``: the hammer's records byte for byte, and a read-back decoder that checks them
+- ``soak_run``: the soak run end to end (``python -m loadtest.soak``)
+- ``soak_sampler``: its samples every 10 s (processes, S3 objects by kind, compaction lag, vacuum)
+- ``soak_checks``: its verdict (read-back, flat RSS and open files, objects bounded, compaction caught up)
+- ``soak_plot``: its picture (``soak.png``)
 """

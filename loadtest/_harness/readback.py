@@ -37,7 +37,7 @@ from server._errors import (
 from server._protocol.codec import decode_batch_bounds
 
 if TYPE_CHECKING:
-    from server.leaderless_log_reader import LeaderlessLogReader
+    from server.leaderless_log_reader import BatchDecoder, LeaderlessLogReader
 
 __all__ = ["LibraryReadBack", "OffsetRange", "ReadBack", "check_read_back", "merge_ranges", "parse_partition"]
 
@@ -81,15 +81,19 @@ class LibraryReadBack:
     """:class:`ReadBack` through ``LeaderlessLogReader``; a context manager.
 
     Built from the run's ``LLOG_*`` settings (``stack.json``'s ``llog_env``),
-    or around a ``reader`` the caller owns (and closes)."""
+    or around a ``reader`` the caller owns (and closes). ``decode`` turns each
+    stored batch into records (positions by default); one that also checks
+    the records' bytes raises ``CorruptBatch`` to have the batch counted missing."""
 
-    def __init__(self, llog_env: Mapping[str, str] | None = None, *, reader: LeaderlessLogReader | None = None) -> None:
+    def __init__(self, llog_env: Mapping[str, str] | None = None, *, reader: LeaderlessLogReader | None = None,
+                 decode: BatchDecoder = decode_batch_bounds) -> None:
         from server.leaderless_log_reader import LeaderlessLogReader
 
         if (llog_env is None) == (reader is None):
             raise ValueError("give exactly one of llog_env and reader")
         self._owns_reader = reader is None
         self._reader = reader or LeaderlessLogReader.from_env(dict(llog_env or {}))
+        self._decode = decode
 
     def __enter__(self) -> LibraryReadBack:
         return self
@@ -125,7 +129,7 @@ class LibraryReadBack:
         """Read from ``start``; return where reading stopped and the unreadable span there, if any."""
         offset = start
         try:
-            for run in self._reader.iter_runs(topic, partition, start, end, decode=decode_batch_bounds):
+            for run in self._reader.iter_runs(topic, partition, start, end, decode=self._decode):
                 if run.first > offset:
                     return offset, (offset, run.first - 1)
                 offset = run.last + 1

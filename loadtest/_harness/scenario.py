@@ -49,6 +49,11 @@ directory's ``resolved-config.json`` holds::
     action = "kill"              # SIGKILL; or "stop" (SIGTERM)
     target = "broker-2"          # a broker, compactor-N, or oxia-server-N (cluster)
     restart_after_s = 5          # omit to leave it down
+
+    [env.broker]                 # LLOG_* settings for every broker (over the harness's own)
+    LLOG_TAIL_CACHE_MAX_BYTES = 16777216
+    [env.compactor]              # and for every compactor service
+    LLOG_VACUUM_GRACE_MS = 150000
 """
 
 from __future__ import annotations
@@ -58,7 +63,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping
 
-__all__ = ["BrokerGroup", "Fault", "Scenario", "ScenarioError", "load_scenario", "scenario_path", "SCENARIOS_DIR"]
+__all__ = ["BrokerGroup", "EnvSpec", "Fault", "Scenario", "ScenarioError", "load_scenario", "scenario_path",
+           "SCENARIOS_DIR"]
 
 SCENARIOS_DIR = Path(__file__).resolve().parents[1] / "scenarios"
 ROLES = ("write", "read", "both")
@@ -116,6 +122,14 @@ class LoadSpec:
 
 
 @dataclass(frozen=True)
+class EnvSpec:
+    """``LLOG_*`` variables set on the services' processes, as ``(name, value)`` pairs."""
+
+    broker: tuple[tuple[str, str], ...] = ()
+    compactor: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
 class Scenario:
     name: str
     description: str = ""
@@ -126,6 +140,7 @@ class Scenario:
     batch: BatchSpec = BatchSpec()
     load: LoadSpec = LoadSpec()
     faults: tuple[Fault, ...] = ()
+    env: EnvSpec = EnvSpec()
     source: str = field(default="", compare=False)
 
     def broker_roles(self) -> list[tuple[str, str]]:
@@ -143,6 +158,8 @@ class Scenario:
         doc = asdict(self)
         doc["brokers"] = [asdict(g) for g in self.brokers]
         doc["faults"] = [asdict(f) for f in self.faults]
+        doc["env"] = {kind: dict(pairs) for kind, pairs in (("broker", self.env.broker),
+                                                            ("compactor", self.env.compactor))}
         return doc
 
 
@@ -185,6 +202,7 @@ def parse_scenario(doc: Mapping[str, Any], *, source: str = "") -> Scenario:
         batch=_section(BatchSpec, doc.get("batch", {}), "batch"),
         load=_section(LoadSpec, doc.get("load", {}), "load"),
         faults=faults,
+        env=_env_section(doc.get("env", {})),
         source=source,
     )
     _validate(scenario)
@@ -198,6 +216,24 @@ def _only(doc: Mapping[str, Any], allowed: set[str], where: str) -> None:
     if unknown:
         prefix = f"{where}." if where else ""
         raise ScenarioError(f"unknown key(s) {', '.join(prefix + k for k in unknown)}; known: {', '.join(sorted(allowed))}")
+
+
+def _env_section(doc: Mapping[str, Any]) -> EnvSpec:
+    _only(doc, {"broker", "compactor"}, "env")
+    tables = {}
+    for kind in ("broker", "compactor"):
+        table = doc.get(kind, {})
+        if not isinstance(table, Mapping):
+            raise ScenarioError(f"`env.{kind}` must be a table")
+        pairs = []
+        for name, value in table.items():
+            if not name.startswith("LLOG_"):
+                raise ScenarioError(f"`env.{kind}.{name}`: only LLOG_* variables may be set")
+            if isinstance(value, bool) or not isinstance(value, (str, int)):
+                raise ScenarioError(f"`env.{kind}.{name}` must be a string or an integer, got {value!r}")
+            pairs.append((name, str(value)))
+        tables[kind] = tuple(pairs)
+    return EnvSpec(**tables)
 
 
 def _section(cls: type, doc: Mapping[str, Any], where: str) -> Any:

@@ -183,6 +183,8 @@ class RunStack:
             argv = [sys.executable, "-m", "server.leaderless_log_compactor_server", "--port", str(port)]
             env.update(COMPACTOR_ENV)
             env["LLOG_COMPACTOR_ID"] = name
+        # The scenario's [env] goes last: it may override any harness setting above.
+        env.update(self.scenario.env.broker if kind == "broker" else self.scenario.env.compactor)
         process = ManagedProcess(name, argv, log_path=self.run_dir / "logs" / f"{name}.log", env=env,
                                  cwd=REPO, die_with_parent=self._die_with_parent)
         return Service(name, kind, role, port, process)

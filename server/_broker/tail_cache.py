@@ -305,6 +305,8 @@ class MemoryTailCache:
         self._lock = threading.Lock()
         self._runs: dict[TopicPartition, CacheRun] = {}
         self._fifo: deque[tuple[TopicPartition, _Segment]] = deque()
+        self._live = 0
+        """Segments held; each is in ``_fifo`` once, beside the dropped ones not yet passed."""
         self._bytes = 0
 
     @property
@@ -321,6 +323,7 @@ class MemoryTailCache:
             with self._lock:
                 self._insert(tp, start_offset, spans)
                 self._evict()
+                self._forget_dropped()
                 self._metrics.set_gauge("tail_cache_bytes", self._bytes)
             self._metrics.inc("tail_cache_published_records_total", len(payloads))
         self.signals.notify(tp)
@@ -352,6 +355,7 @@ class MemoryTailCache:
             run.segments.insert(0, seg)
             run.base = keep_start
         self._fifo.append((tp, seg))
+        self._live += 1
         self._bytes += seg.nbytes
 
     def _drop(self, run: CacheRun, count: int) -> None:
@@ -359,8 +363,18 @@ class MemoryTailCache:
         for seg in run.segments[:count]:
             seg.dropped = True
             self._bytes -= seg.nbytes
+            self._live -= 1
         del run.segments[:count]
         run.base = run.segments[0].start if run.segments else run.hw + 1
+
+    def _forget_dropped(self) -> None:
+        """Rebuild the eviction queue without the dropped segments once they are
+        half of it. A run dropped at a gap (another broker wrote the offsets
+        between) leaves its segments queued, and eviction only passes them when
+        the cache is over its cap, which a partition that keeps being reset never
+        is: queued, they would keep every record this broker ever produced."""
+        if len(self._fifo) > 2 * self._live + 64:
+            self._fifo = deque(item for item in self._fifo if not item[1].dropped)
 
     def _evict(self) -> None:
         while self._bytes > self.max_bytes and self._fifo:
@@ -397,4 +411,5 @@ class MemoryTailCache:
         with self._lock:
             self._runs.clear()
             self._fifo.clear()
+            self._live = 0
             self._bytes = 0

@@ -251,6 +251,7 @@ class FileTailCache:
         self._bytes += len(data)
         self._metrics.inc("tail_cache_published_records_total", len(payloads))
         self._evict()
+        self._forget_dropped()
         self._metrics.set_gauge("tail_cache_bytes", self._bytes)
 
     def _unlink(self, pdir: Path, tp: TopicPartition, segments: Iterable[tuple[int, int, int]]) -> None:
@@ -262,6 +263,13 @@ class FileTailCache:
             size = self._owned.pop((tp, s, e), None)
             if size is not None:
                 self._bytes -= size
+
+    def _forget_dropped(self) -> None:
+        """Rebuild the eviction queue from the segments still owned once the
+        others are half of it (a run dropped at a gap leaves its entries queued,
+        and eviction passes them only over the cap: see ``MemoryTailCache``)."""
+        if len(self._fifo) > 2 * len(self._owned) + 64:
+            self._fifo = deque(dict.fromkeys(key for key in self._fifo if key in self._owned))
 
     def _evict(self) -> None:
         while self._bytes > self.max_bytes and self._fifo:

@@ -18,8 +18,8 @@ from loadtest._harness.scenario import SCENARIOS_DIR, Fault, ScenarioError, load
 SHIPPED = sorted(p.stem for p in SCENARIOS_DIR.glob("*.toml"))
 
 
-def test_the_five_scenarios_ship_and_load():
-    assert SHIPPED == ["broker-loss", "oxia-cluster", "produce-3-brokers", "produce-consume-split", "smoke"]
+def test_the_six_scenarios_ship_and_load():
+    assert SHIPPED == ["broker-loss", "oxia-cluster", "produce-3-brokers", "produce-consume-split", "smoke", "soak"]
     for name in SHIPPED:
         scenario = load_scenario(name)
         assert scenario.name == name and scenario.description

@@ -77,3 +77,22 @@ def test_a_gap_in_the_index_is_missing(read_back, batches, stores) -> None:
     assert read_back.missing_ranges("lt", 0, 1, 30) == [(11, 20)]
     assert read_back.missing_ranges("lt", 0, 12, 25) == [(12, 20)]
     assert read_back.missing_ranges("lt", 1, 1, 30) == []
+
+
+def test_a_decoder_that_checks_the_bytes_counts_a_batch_with_a_foreign_record_missing(stores) -> None:
+    from loadtest._harness.payloads import PayloadCheck, hammer_record
+
+    meta, objs = stores
+    sent = 1_700_000_000 * 10**9
+    with LeaderlessLogWriter(OXIA, S3, metadata_store=meta, object_store=objs) as writer:
+        writer.initialize_partition("lt", 0)
+        for records in ([hammer_record(sent + i, 40, 7) for i in range(10)],
+                        [hammer_record(sent, 40, 7)] * 9 + [b"not the hammer's"],
+                        [hammer_record(sent, 40, 7)] * 10):
+            writer.append_shared([SharedAppendGroup("lt", 0, records)])
+    check = PayloadCheck(40, 7, sent, sent + 10**9)
+    with LeaderlessLogReader(OXIA, S3, metadata_store=meta, object_store=objs) as reader:
+        assert LibraryReadBack(reader=reader).missing_ranges("lt", 0, 1, 30) == []  # offsets alone: all there
+        assert LibraryReadBack(reader=reader, decode=check).missing_ranges("lt", 0, 1, 30) == [(11, 20)]
+    assert check.bad_batches >= 1 and "bytes, not 40" in check.problems[0]
+    assert check.records_checked >= 20
