@@ -30,7 +30,7 @@ up, reads back every acknowledged record (offsets and bytes), then judges:
 - the acknowledged rate at least 90% of the target, and no process died.
 
 The defaults fit a fresh machine: vacuum grace 150 s, interval 20 s (SPEC
-7.0 / 7.9: the grace must be at least 2 D + clock skew, with the reference
+7.0 / 7.9: the grace must be at least 2 (D + skew) = 130 s, with the reference
 deadline D = 60 s; a shorter grace is refused unless ``--allow-short-grace``,
 for tests only). The rate, 2,000 records/s of 256 B in requests of 64
 records over 24 partitions, is about half of what the same shape takes
@@ -127,7 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                           results_dir=args.results_dir, limits=limits)
     grace_ms, _ = vacuum_settings(soak_scenario(options))
     if not grace_is_legal(grace_ms) and not args.allow_short_grace:
-        parser.error(f"a vacuum grace of {grace_ms} ms is below 2 D + skew (SPEC 7.0, D = 60 s): "
+        parser.error(f"a vacuum grace of {grace_ms} ms is below 2 (D + skew) = 130000 ms (SPEC 7.0, D = 60 s): "
                      "vacuum could delete an object about to be referenced; --allow-short-grace for a test")
     outcome = run_soak(options, say=_say)
     for check in outcome.checks:

@@ -240,12 +240,13 @@ def test_the_picture_has_every_panel_drawn(tmp_path: Path):
 def test_the_soak_scenario_ships_with_vacuum_running_and_options_override_it():
     scenario = load_scenario("soak")
     assert len(scenario.broker_roles()) == 3 and scenario.compactors == 1 and scenario.load.mode == "open"
-    assert vacuum_settings(scenario) == (150_000, 20_000) and grace_is_legal(150_000) and not grace_is_legal(149_999)
+    assert vacuum_settings(scenario) == (150_000, 20_000) and grace_is_legal(130_000) and not grace_is_legal(129_999)
     assert vacuum_settings(soak_scenario(SoakOptions())) == (150_000, 20_000)
     run = soak_scenario(SoakOptions(minutes=2, rate=500, vacuum_grace_ms=20_000, vacuum_interval_ms=5_000,
                                     broker_env=(("LLOG_TAIL_CACHE_MAX_BYTES", "1024"),)))
     assert run.duration_s == 120 and run.load.rate == 500
-    assert dict(run.env.compactor) == {"LLOG_VACUUM_GRACE_MS": "20000", "LLOG_VACUUM_INTERVAL_MS": "5000"}
+    assert dict(run.env.compactor) == {"LLOG_VACUUM_GRACE_MS": "20000", "LLOG_VACUUM_INTERVAL_MS": "5000",
+                                       "LLOG_VACUUM_ALLOW_UNSAFE_GRACE": "true"}
     assert dict(run.env.broker) == {"LLOG_TAIL_CACHE_MAX_BYTES": "1024"}
     assert run.to_dict()["env"]["broker"] == {"LLOG_TAIL_CACHE_MAX_BYTES": "1024"}
 
