@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 
 from server._protocol.keys import LogLayout
-from server._protocol.records import CompactionCursor, ControlRecord, IndexEntry
+from server._protocol.records import EntryType, IndexEntry
 from server.leaderless_log_compactor import CompactionOutcome, LeaderlessLogCompactor
 from server.leaderless_log_reader import LeaderlessLogReader
 from server.leaderless_log_writer import BatchingProducer, LeaderlessLogWriter, SharedAppendGroup
+from testing.invariants import assert_log
 from tests._waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -51,18 +52,9 @@ def index(reader, topic, partition):
 
 
 def settled_invariants(reader, topic, partition):
-    keys = reader.layout.partition(topic, partition)
-    meta = reader._meta
-    control = ControlRecord.decode(meta.get(keys.control, keys.partition_key).value)
-    cursor = CompactionCursor.decode(meta.get(keys.compaction_cursor, keys.partition_key).value).offset
-    assert meta.get(keys.compaction, keys.partition_key) is None
-    assert cursor <= control.sequence_counter
-    expected = 1
-    for start, end, kind in index(reader, topic, partition):
-        assert start == expected, f"gap or overlap at {start}"
-        expected = end + 1
-    assert expected == control.sequence_counter
-    return cursor
+    """SPEC 8 on the log's raw metadata (``testing/invariants.py``), quiet; its cursor."""
+    view = assert_log(reader._meta, reader.layout.partition(topic, partition), settled=True)
+    return view.cursor
 
 
 def all_records(reader, topic, partition):
@@ -209,7 +201,7 @@ def test_reader_survives_a_vacuumed_wal_object_through_the_compacted_entry(llog_
             c.compact_once("gone", 0)
         # Recreate the situation: a redundant WAL entry whose object is gone.
         from server._protocol.codec import encode_batch  # noqa: F401  (the object simply no longer exists)
-        missing = IndexEntry("WAL", 2, f"s3://{llog_env['LLOG_S3_BUCKET']}/{keys.base}/data/wal/missing", "bytes-batch-v1", None, None, 1)
+        missing = IndexEntry(EntryType.WAL, 2, f"s3://{llog_env['LLOG_S3_BUCKET']}/{keys.base}/data/wal/missing", "bytes-batch-v1", None, None, 1)
         reader._meta.put(keys.index(2), missing.encode(), keys.partition_key)
         assert first.entry.type == "WAL"
         assert reader.read_offset("gone", 0, 1).payload == want[0]
