@@ -268,9 +268,11 @@ def report_dashboard(drawn: RenderResult) -> None:
     queried = sum(1 for d in drawn.panels if d.panel.targets)
     print(f"  dashboard         {drawn.index}")
     print(f"                    {len(drawn.images)} PNGs beside it, one per dashboard row; {queried - len(drawn.empty)}"
-          f" of {queried} panels have data from this run (the others, e.g. vacuum, had nothing to show)")
+          f" of {queried} panels have data from this run")
     for image in drawn.images:
         print(f"                    {image.name}")
+    if drawn.empty:
+        print("                    no data in this run: " + ", ".join(drawn.empty))
     if drawn.errors:
         print(f"                    {len(drawn.errors)} queries failed: " + "; ".join(drawn.errors))
 
