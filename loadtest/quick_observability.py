@@ -56,12 +56,13 @@ class QuickObservability:
     """Prometheus scraping the services of a stack.json; renders the dashboard."""
 
     def __init__(self, run_dir: Path, *, scrape_interval_ms: int = SCRAPE_INTERVAL_MS,
-                 say: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)) -> None:
+                 say: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True),
+                 die_with_parent: bool = True) -> None:
         self.run_dir = run_dir
         self.scrape_interval_ms = scrape_interval_ms
         self._say = say
         self.prometheus = PrometheusServer(ensure_prometheus(), run_dir, port=free_ports(1)[0],
-                                           scrape_interval_ms=scrape_interval_ms)
+                                           scrape_interval_ms=scrape_interval_ms, die_with_parent=die_with_parent)
         self._grafana: subprocess.Popen[bytes] | None = None
         self.started_at_s = 0.0
 

@@ -3,21 +3,32 @@
 1. stack      start Oxia (standalone) and MinIO with a bucket; Spark starts on
               a thread from here on, beside the next steps
 2. services   start one broker (both roles) and the compactor service
-3. data       generate ~200k deterministic order rows as JSON lines (or --input)
-4. spark-up   wait for the Spark session and its warm-up (the produce path on a
-              sample, nothing sent), both run beside 2-3
-5. produce    the PySpark produce job sends them to the broker as POST /produce
+3. prometheus start the project's Prometheus (Debian's package, fetched and
+              cached on first use) with file-based service discovery on the
+              broker and the compactor service, scraping each every second;
+              wait until it has scraped both
+4. data       generate ~200k deterministic order rows as JSON lines (or --input)
+5. spark-up   wait for the Spark session and its warm-up (the produce path on a
+              sample, nothing sent), both run beside 2-4
+6. produce    the PySpark produce job sends them to the broker as POST /produce
               requests: topic ``orders``, 8 partitions, keyed by customer
-6. consume    read everything back through POST /consume long-polls; check
+7. consume    read everything back through POST /consume long-polls; check
               the record count and a content checksum against the input
-7. compact    wait until the compactor service has compacted every partition
-8. spark      read the topic with ``spark.read.format("llog")`` (straight from
+8. compact    wait until the compactor service has compacted every partition
+9. spark      read the topic with ``spark.read.format("llog")`` (straight from
               Oxia + S3) and check count and checksum again
-9. report     records, MB, produce MB/s, end-to-end time, S3 and Oxia operation
-              counts, storage under the prefix, and where the data lives
+10. dashboard draw the panels of grafana/leaderless-log-observability.json over
+              the run from Prometheus: one PNG per dashboard row and an
+              index.html showing them (as ``python -m dashboard.render``)
+11. report    records, MB, produce MB/s, end-to-end time, S3 and Oxia operation
+              counts, storage under the prefix, where the data lives, and the
+              dashboard's index.html and PNGs
 
-Any mismatch stops the run with the failing step named and exit code 1.
-``--keep`` leaves everything running and prints the URLs and how to stop it.
+The dashboard goes to DATA_DIR/dashboard when the data directory stays
+(--data-dir, --keep), else to .llog-stack/quick-run-dashboard; --dashboard-dir
+chooses another. Any mismatch stops the run with the failing step named and
+exit code 1. ``--keep`` leaves everything running, Prometheus included, and
+prints the URLs and how to stop it.
 """
 
 from __future__ import annotations
@@ -30,8 +41,11 @@ import tempfile
 import time
 from contextlib import ExitStack
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
+from urllib.parse import urlsplit
 
 from loadtest._pipeline import (
+    Service,
     StepFailed,
     Tally,
     consume_all,
@@ -43,6 +57,10 @@ from loadtest._pipeline import (
 )
 from loadtest._spark_warmup import SparkWarmup
 from server._errors import LlogError
+
+if TYPE_CHECKING:
+    from dashboard.render import RenderResult
+    from loadtest.quick_observability import QuickObservability
 
 TOPIC = "orders"
 ROOT = "llog"
@@ -60,21 +78,29 @@ class Run:
         self.say(message)
 
     def say(self, message: str) -> None:
-        print(f"[quick-run] {time.monotonic() - self.started:6.1f}s {self.step:<9} {message}", flush=True)
+        print(f"[quick-run] {time.monotonic() - self.started:6.1f}s {self.step:<10} {message}", flush=True)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="./quick_run.sh",
-        description="The llog main job: local Oxia + MinIO, a broker and the compactor service; a PySpark job "
-        "produces a data set through the broker; everything is consumed back, compacted and read with Spark, "
-        "and checked against the input at each step.",
+        description="The llog main job: local Oxia + MinIO, a broker and the compactor service, scraped\n"
+        "by a local Prometheus; a PySpark job produces a data set through the broker; everything is\n"
+        "consumed back, compacted and read with Spark, and checked against the input at each step.\n"
+        "At the end the dashboard's panels over the run are drawn to PNGs with an index.html, whose\n"
+        "path is printed beside the report.",
+        epilog=(__doc__ or "").split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--input", type=Path, help="JSON-lines file to produce instead of the generated sample")
     p.add_argument("--rows", type=int, default=200_000, help="rows of the generated sample (default 200000)")
     p.add_argument("--partitions", type=int, default=8, help="partitions of topic orders (default 8)")
-    p.add_argument("--keep", action="store_true", help="leave everything running; print URLs and how to stop it")
-    p.add_argument("--data-dir", type=Path, help="where the stack, logs and data set live (default: temporary)")
+    p.add_argument("--keep", action="store_true",
+                   help="leave everything running, Prometheus included; print the URLs and how to stop it")
+    p.add_argument("--data-dir", type=Path,
+                   help="where the stack, logs, data set and Prometheus data live (default: temporary)")
+    p.add_argument("--dashboard-dir", type=Path, help="where the dashboard PNGs and index.html go (default: "
+                   "DATA_DIR/dashboard with --data-dir or --keep, else .llog-stack/quick-run-dashboard)")
     p.add_argument("--timeout-s", type=float, default=600, help="limit for each waiting step (default 600)")
     args = p.parse_args(argv)
     if args.rows < 1 or args.partitions < 1:
@@ -127,6 +153,7 @@ def run(args: argparse.Namespace, r: Run) -> int:
             stack.callback(compactor.process.stop)
         r.say(f"broker {broker.url}, compactor service {compactor.url}")
         warmup.broker_ready(broker.url)
+        observability = start_prometheus(r, data_dir, (broker, compactor), args, stack)
 
         if args.input is None:
             r.begin("data", f"generating {args.rows:,} order rows")
@@ -171,22 +198,83 @@ def run(args: argparse.Namespace, r: Run) -> int:
         spark_tally = spark_read_tally(spark, TOPIC, args.partitions)
         check(r, "spark", expected, spark_tally)
 
+        drawn = render_dashboard(r, observability, dashboard_dir(args, data_dir))
         r.begin("report", "")
         report(r, settings, env, broker, compactor, expected, summary, data_dir, s3_client)
+        report_dashboard(drawn)
         if args.keep:
+            prometheus_pid = observability.prometheus.processes[0].pid
             print("\nEverything keeps running:")
             print(f"  broker             {broker.url}  (POST /produce, POST /consume, GET /metrics)")
             print(f"  compactor service  {compactor.url}  (GET /health, /metrics)")
+            print(f"  Prometheus         {observability.url}  (scraping both; PromQL at {observability.url}/graph)")
             print(f"  Oxia {settings.oxia_address}   MinIO {settings.s3_endpoint_url}")
             print("  environment for the library and tools:")
             for k, v in env.items():
                 print(f"    export {k}={shlex.quote(v)}")
             print("Stop it with:")
-            print(f"  kill {broker.process.pid} {compactor.process.pid}")
+            print(f"  kill {broker.process.pid} {compactor.process.pid} {prometheus_pid}")
             print(f"  $LLOG_PY -m devstack down --data-dir {shlex.quote(str(data_dir / 'stack'))}")
             local.detach()
     r.say("OK")
     return 0
+
+
+def scrape_doc(services: Sequence[Service], partitions: int) -> dict[str, Any]:
+    """The services as quick_observability's stack document. The labels mark
+    every scraped series with the run's shape, which the dashboard's run-shape
+    panel shows."""
+    processes = []
+    for service in services:
+        address = urlsplit(service.url)
+        processes.append({"kind": service.name, "host": address.hostname, "port": address.port})
+    labels = {"scenario": "quick-run", "run_id": f"quick-run-{time.strftime('%Y%m%d-%H%M%S')}",
+              "brokers": "1", "partitions": str(partitions)}
+    return {"run_id": labels["run_id"], "scrape_labels": labels, "processes": processes}
+
+
+def start_prometheus(r: Run, data_dir: Path, services: Sequence[Service], args: argparse.Namespace,
+                     stack: ExitStack) -> QuickObservability:
+    from loadtest.quick_observability import QuickObservability
+
+    r.begin("prometheus", "starting Prometheus (Debian's package, fetched and cached on first use)")
+    # With --keep it stays up with the stack, so it must not die with this process.
+    observability = QuickObservability(data_dir, say=r.say, die_with_parent=not args.keep)
+    if not args.keep:
+        stack.callback(observability.stop)
+    observability.start(scrape_doc(services, args.partitions), timeout_s=min(args.timeout_s, 60.0))
+    r.say(f"Prometheus {observability.url} has scraped the broker and the compactor service "
+          f"(every {observability.scrape_interval_ms} ms); its data in {observability.prometheus.data_dir}")
+    return observability
+
+
+def dashboard_dir(args: argparse.Namespace, data_dir: Path) -> Path:
+    if args.dashboard_dir is not None:
+        return args.dashboard_dir.resolve()
+    if args.data_dir is not None or args.keep:  # the data directory stays: keep the pictures with it
+        return data_dir / "dashboard"
+    return Path(".llog-stack/quick-run-dashboard").resolve()
+
+
+def render_dashboard(r: Run, observability: QuickObservability, out_dir: Path) -> RenderResult:
+    """Draw the dashboard from Prometheus's first scrape until now."""
+    r.begin("dashboard", f"drawing the dashboard's panels over the run from {observability.url} into {out_dir}")
+    # A failed query leaves its panel empty and is named in index.html and the report; the
+    # data checks already passed, so it does not fail the run.
+    return observability.render(observability.started_at_s, time.time(), out_dir)
+
+
+def report_dashboard(drawn: RenderResult) -> None:
+    queried = sum(1 for d in drawn.panels if d.panel.targets)
+    print(f"  dashboard         {drawn.index}")
+    print(f"                    {len(drawn.images)} PNGs beside it, one per dashboard row; {queried - len(drawn.empty)}"
+          f" of {queried} panels have data from this run")
+    for image in drawn.images:
+        print(f"                    {image.name}")
+    if drawn.empty:
+        print("                    no data in this run: " + ", ".join(drawn.empty))
+    if drawn.errors:
+        print(f"                    {len(drawn.errors)} queries failed: " + "; ".join(drawn.errors))
 
 
 def check(r: Run, step: str, expected: Tally, got: Tally) -> None:
