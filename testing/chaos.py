@@ -171,11 +171,14 @@ class ChaosReport:
 
 
 def acknowledged_by_window(batches: list[Any], seconds: float, windows: int = 4) -> list[int]:
-    """Acknowledged batches by when they were answered, in ``windows`` equal slices of ``seconds``."""
+    """Acknowledged batches by when they were answered, in ``windows`` equal slices of ``seconds``.
+
+    Answers after ``seconds`` (the probes after the faults) count nowhere.
+    """
     counts = [0] * windows
     for b in batches:
-        if b.outcome == OK and b.answered_s is not None and seconds > 0:
-            counts[min(windows - 1, max(0, int(b.answered_s / seconds * windows)))] += 1
+        if b.outcome == OK and b.answered_s is not None and 0 <= b.answered_s <= seconds:
+            counts[min(windows - 1, int(b.answered_s / seconds * windows))] += 1
     return counts
 
 
@@ -290,6 +293,7 @@ def run(opts: ChaosOptions, say: Callable[[str], None] = print) -> ChaosReport:
         if nemesis.is_alive():
             nemesis.join()
         ran_s = time.monotonic() - t0
+        progress = acknowledged_by_window(history.batches, ran_s)
         phase("faults")
         healed = cluster.heal()
         say(f"[chaos] faults stopped after {ran_s:.1f}s; restarted {healed or 'nothing'}; probing the brokers")
@@ -314,7 +318,7 @@ def run(opts: ChaosOptions, say: Callable[[str], None] = print) -> ChaosReport:
         phase("last_read_and_check")
         report = _report(opts, cluster, data_dir, ran_s, history, nemesis, result, liveness, compaction, phases)
         report.tail_consumer = {"requests": tail.requests, "errors": dict(tail.errors)}
-        report.acknowledged_by_window = acknowledged_by_window(history.batches, ran_s)
+        report.acknowledged_by_window = progress
     if own_dir and report.ok:
         shutil.rmtree(data_dir, ignore_errors=True)
     return report
