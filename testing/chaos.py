@@ -1,8 +1,9 @@
 """Jepsen-style fault test with real processes: produce under SIGKILLs, then check the log.
 
 Starts a private Oxia + MinIO (``devstack.LocalStack``), ``--brokers``
-role-both brokers and one compactor service as real processes, initializes ``--partitions`` partitions of one topic under a fresh root
-prefix, then for ``--seconds``:
+role-both brokers and one compactor service (two with ``--two-compactors``)
+as real processes, initializes ``--partitions`` partitions of one topic
+under a fresh root prefix, then for ``--seconds``:
 
 - ``--producers`` threads send ``POST /produce`` (1-3 partitions x 1-20
   unique records) to random live brokers and record every batch's outcome:
@@ -68,7 +69,10 @@ from testing._chaos_workload import (
     read_library,
 )
 
-__all__ = ["ChaosOptions", "ChaosReport", "LIVENESS_KINDS", "acknowledged_by_window", "options_from_args", "run", "main"]
+__all__ = [
+    "ChaosOptions", "ChaosReport", "LIVENESS_KINDS", "acknowledged_by_window", "fault_plan", "options_from_args",
+    "run", "main",
+]
 
 LIVENESS_KINDS = {
     "unavailable": "a broker did not take a produce again after the faults stopped",
@@ -183,6 +187,7 @@ def acknowledged_by_window(batches: list[Any], seconds: float, windows: int = 4)
 
 
 def fault_plan(opts: ChaosOptions) -> FaultPlan:
+    """A cluster of Oxia servers loses one server instead of restarting as a whole."""
     return FaultPlan(
         oxia_restart=opts.faults and opts.oxia_restart and not opts.oxia_node_loss,
         pause=opts.pause, minio_restart=opts.minio_restart, oxia_node_loss=opts.oxia_node_loss,
