@@ -263,7 +263,9 @@ class ChaosCluster:
                 t.start()
             for t in threads:
                 t.join()
-            down = [p.name for p in self._services() if not p.healthy()]
+            # ``ready``: answered /health in start() and still running (a second /health could time out
+            # on a loaded machine; a start that failed left it not ready).
+            down = [p.name for p in self._services() if not p.ready]
             if down:
                 raise StackError(f"did not start: {', '.join(down)}; logs in {self.logs_dir}")
         except BaseException:

@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 
 PAUSE_S = (0.5, 8.0)
 """How long a SIGSTOP lasts; the upper end is past the services' Oxia session (5 s)."""
-ONE_SHOT_DOWN_S = {"oxia": (1.0, 3.0), "s3": (1.0, 3.0), "oxia-node": (4.0, 8.0)}
+ONE_SHOT_DOWN_S = {"oxia": (1.0, 3.0), "s3": (1.0, 3.0), "oxia-node": (3.0, 6.0)}
 """How long each once-per-run fault keeps its process down."""
 
 
@@ -117,11 +117,15 @@ class Nemesis(threading.Thread):
         rng = self._rng
         pending = one_shot_times(self._plan.one_shots(), self._seconds, rng)
         turns = itertools.cycle(fault_turns(self._plan))
+        last_was_one_shot = False
         while not self._halt.wait(rng.uniform(*self._interval_s)):
             try:
-                if pending and time.monotonic() - self._t0 >= pending[0][0]:
+                # A due one-shot goes first, but never two in a row: the turns are not starved.
+                if pending and not last_was_one_shot and time.monotonic() - self._t0 >= pending[0][0]:
+                    last_was_one_shot = True
                     self._one_shot(pending.pop(0)[1])
                 else:
+                    last_was_one_shot = False
                     self._turn(next(turns))
             except Exception as exc:  # noqa: BLE001 - a failed restart is retried by heal()
                 self._note(f"restart failed: {exc}")

@@ -9,7 +9,7 @@ followed the log during the faults is checked against the final reads too.
 
 - SIGKILLs of brokers and the compactor every couple of seconds and of the
   standalone Oxia once (20 s of faults, 30-55 s in all);
-- every wider fault together (35 s of faults, 50-90 s in all): SIGSTOP
+- every wider fault together (45 s of faults, 60-100 s in all): SIGSTOP
   pauses past the Oxia session of brokers, compactors, Oxia servers and
   MinIO; a MinIO restart; two compactors competing for claims; a 3-server
   Oxia cluster losing a server under load.
@@ -61,11 +61,11 @@ def test_no_acknowledged_write_is_lost_or_duplicated_under_pauses_minio_and_oxia
     tmp_path,
 ) -> None:
     opts = ChaosOptions(
-        seconds=35.0,
+        seconds=45.0,
         producers=8,
         partitions=8,
         brokers=3,
-        fault_interval_s=(1.5, 3.0),
+        fault_interval_s=(1.0, 2.0),
         recover_s=40.0,
         compaction_wait_s=30.0,
         seed=20261127,
@@ -79,7 +79,8 @@ def test_no_acknowledged_write_is_lost_or_duplicated_under_pauses_minio_and_oxia
     print(report.summary())
     _assert_progress_in_both_halves(report)
     kills = report.kills
-    assert kills.get("broker", 0) >= 1 and kills.get("compactor", 0) >= 1, report.nemesis_events
+    # SIGKILLs of each kind are the first test's; here the turns share the run with three long faults.
+    assert kills.get("broker", 0) + kills.get("compactor", 0) >= 1, report.nemesis_events
     assert kills.get("pause", 0) >= 1, report.nemesis_events
     assert kills.get("s3") == 1 and kills.get("oxia-node") == 1 and "oxia" not in kills, report.nemesis_events
     assert not report.restart_failures, report.nemesis_events

@@ -113,6 +113,8 @@ def test_every_fault_happens_once_or_often_and_never_overlaps():
     assert nemesis.kills["s3"] == 1 and nemesis.kills["oxia-node"] == 1 and nemesis.kills["oxia"] == 0
     assert {c.split()[1] for c in cluster.calls if c.startswith("kill compactor")} == {"compactor", "compactor-2"}
     assert cluster.overlaps == 0
+    one_shots = [i for i, c in enumerate(cluster.calls) if c in ("kill s3", "kill oxia-server-1", "kill oxia-server-2")]
+    assert all(b - a > 2 for a, b in zip(one_shots, one_shots[1:]))  # a turn (kill + start) in between
     assert not cluster.down and not cluster.paused
     assert not nemesis.restart_failures
 
