@@ -1,12 +1,21 @@
-"""The chaos test's processes: a private Oxia + MinIO stack, brokers, a compactor.
+"""The chaos test's processes: a private Oxia + MinIO stack, brokers, compactors.
 
-``ChaosCluster`` starts a ``LocalStack`` (standalone Oxia and MinIO) in a
-data directory, initializes the topic's partitions under a fresh root
-prefix, and runs ``brokers`` role-both brokers and one compactor service as
-real processes, each logging to ``<data_dir>/logs/``. The nemesis calls
-``kill_broker``/``start_broker``, ``kill_compactor``/``start_compactor`` and
-``kill_oxia``/``start_oxia``; a restarted process gets its old port back, so
-clients keep their addresses. ``heal()`` restarts whatever is down.
+``ChaosCluster`` starts a ``LocalStack`` (standalone Oxia, or a 3-server
+Oxia cluster, and MinIO) in a data directory, initializes the topic's
+partitions under a fresh root prefix, and runs ``brokers`` role-both
+brokers and ``compactors`` compactor services (competing for the same
+partitions' claims) as real processes, each logging to
+``<data_dir>/logs/``. The nemesis calls ``kill_broker``/``start_broker``,
+``kill_compactor``/``start_compactor``, ``kill_oxia``/``start_oxia``
+(standalone), ``kill_oxia_node``/``start_oxia_node`` (cluster),
+``kill_s3``/``start_s3`` and ``pause``/``resume`` (SIGSTOP/SIGCONT of any
+process named by ``pausable()``); a restarted process gets its old port and
+data back, so clients keep their addresses. ``heal()`` continues whatever is
+paused and restarts whatever is down.
+
+The compactors run vacuum every second with the smallest legal grace
+(``MIN_SAFE_GRACE_MS``), so a writer or compactor paused past its Oxia
+session races a running vacuum.
 
 Every child is started from one long-lived thread (``_Spawner``): children
 are started through ``die_with_parent_argv`` (``setpriv --pdeathsig``), and
@@ -19,6 +28,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -31,7 +41,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Mapping, TypeVar
 
-from devstack import LocalStack, ManagedProcess, StackError, die_with_parent_argv, free_ports, shard_leaders
+from devstack import (
+    LocalStack, ManagedProcess, StackError, die_with_parent_argv, free_ports, s3_client, shard_leaders,
+)
+from server._protocol.constants import MIN_SAFE_GRACE_MS
 
 __all__ = ["ChaosCluster", "ServiceProcess", "BROKER_ENV", "COMPACTOR_ENV"]
 
@@ -54,7 +67,8 @@ COMPACTOR_ENV = {
     "LLOG_COMPACTOR_ERROR_JITTER_MS": "250",
     "LLOG_COMPACTOR_DISCOVERY_INTERVAL_MS": "2000",
     "LLOG_COMPACTOR_SHUTDOWN_TIMEOUT_MS": "5000",
-    "LLOG_VACUUM_INTERVAL_MS": "10000",
+    "LLOG_VACUUM_INTERVAL_MS": "1000",
+    "LLOG_VACUUM_GRACE_MS": str(MIN_SAFE_GRACE_MS),
 }
 READY_TIMEOUT_S = 60.0
 
@@ -104,6 +118,10 @@ class ServiceProcess:
     @property
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
 
     @property
     def ready(self) -> bool:
@@ -168,7 +186,7 @@ class ServiceProcess:
 
 
 class ChaosCluster:
-    """The stack, ``brokers`` brokers and one compactor, on a fresh root prefix.
+    """The stack, ``brokers`` brokers and ``compactors`` compactors, on a fresh root prefix.
 
     A context manager; ``close()`` stops everything (safe twice).
     """
@@ -180,24 +198,30 @@ class ChaosCluster:
         topic: str = "chaos",
         partitions: int = 16,
         brokers: int = 3,
+        compactors: int = 1,
+        oxia_mode: str = "standalone",
         broker_env: Mapping[str, str] | None = None,
         compactor_env: Mapping[str, str] | None = None,
     ) -> None:
-        if brokers < 1 or partitions < 1:
-            raise ValueError("need at least one broker and one partition")
+        if brokers < 1 or partitions < 1 or compactors < 1:
+            raise ValueError("need at least one broker, one compactor and one partition")
         self.data_dir = Path(data_dir).resolve()
         self.topic = topic
         self.partitions = partitions
         self.root_prefix = f"chaos-{uuid.uuid4().hex[:8]}"
         self._broker_count = brokers
+        self._compactor_count = compactors
+        self.oxia_mode = oxia_mode
         self._broker_env = {**BROKER_ENV, **(broker_env or {})}
         self._compactor_env = {**COMPACTOR_ENV, **(compactor_env or {})}
         self._spawner = _Spawner()
-        self._stack = LocalStack(self.data_dir / "stack")
+        self._stack = LocalStack(self.data_dir / "stack", oxia_mode=oxia_mode)
         self.env: dict[str, str] = {}
         self.brokers: list[ServiceProcess] = []
-        self.compactor: ServiceProcess | None = None
+        self.compactors: list[ServiceProcess] = []
         self._oxia: ManagedProcess | None = None
+        self._s3: ManagedProcess | None = None
+        self._paused: set[str] = set()
         self._closed = False
 
     def __enter__(self) -> ChaosCluster:
@@ -207,6 +231,11 @@ class ChaosCluster:
         self.close()
 
     @property
+    def compactor(self) -> ServiceProcess | None:
+        """The first compactor service."""
+        return self.compactors[0] if self.compactors else None
+
+    @property
     def logs_dir(self) -> Path:
         return self.data_dir / "logs"
 
@@ -214,10 +243,11 @@ class ChaosCluster:
         self.logs_dir.mkdir(parents=True, exist_ok=True)
         try:
             self._spawner.run(self._stack.start)
-            self._oxia = next(p for p in self._stack.processes if p.name == "oxia-standalone")
+            self._oxia = next((p for p in self._stack.processes if p.name == "oxia-standalone"), None)
+            self._s3 = self._stack.processes[0]  # the S3 server starts first
             self.env = self._stack.settings.env(root_prefix=self.root_prefix)
             self._initialize_partitions()
-            ports = free_ports(self._broker_count + 1)
+            ports = free_ports(self._broker_count + self._compactor_count)
             for i in range(self._broker_count):
                 name = f"broker-{i + 1}"
                 self.brokers.append(ServiceProcess(
@@ -226,25 +256,34 @@ class ChaosCluster:
                      "--role", "both", "--broker-id", name],
                     {**self.env, **self._broker_env}, self.logs_dir / f"{name}.log", ports[i], self._spawner,
                 ))
-            self.compactor = ServiceProcess(
-                "compactor",
-                [sys.executable, "-m", "server.leaderless_log_compactor_server", "--port", str(ports[-1])],
-                {**self.env, **self._compactor_env, "LLOG_COMPACTOR_ID": "chaos-compactor",
-                 "LLOG_COMPACTOR_TARGETS": ",".join(f"{self.topic}:{p}" for p in range(self.partitions))},
-                self.logs_dir / "compactor.log", ports[-1], self._spawner,
-            )
-            threads = [threading.Thread(target=p.start, name=f"start-{p.name}") for p in [*self.brokers, self.compactor]]
+            for i, port in enumerate(ports[self._broker_count:]):
+                self.compactors.append(self._compactor_process("compactor" + (f"-{i + 1}" if i else ""), port))
+            threads = [threading.Thread(target=p.start, name=f"start-{p.name}") for p in self._services()]
             for t in threads:
                 t.start()
             for t in threads:
                 t.join()
-            down = [p.name for p in [*self.brokers, self.compactor] if not p.healthy()]
+            # ``ready``: answered /health in start() and still running (a second /health could time out
+            # on a loaded machine; a start that failed left it not ready).
+            down = [p.name for p in self._services() if not p.ready]
             if down:
                 raise StackError(f"did not start: {', '.join(down)}; logs in {self.logs_dir}")
         except BaseException:
             self.close()
             raise
         return self
+
+    def _compactor_process(self, name: str, port: int) -> ServiceProcess:
+        return ServiceProcess(
+            name,
+            [sys.executable, "-m", "server.leaderless_log_compactor_server", "--port", str(port)],
+            {**self.env, **self._compactor_env, "LLOG_COMPACTOR_ID": f"chaos-{name}",
+             "LLOG_COMPACTOR_TARGETS": ",".join(f"{self.topic}:{p}" for p in range(self.partitions))},
+            self.logs_dir / f"{name}.log", port, self._spawner,
+        )
+
+    def _services(self) -> list[ServiceProcess]:
+        return [*self.brokers, *self.compactors]
 
     def _initialize_partitions(self) -> None:
         from server.leaderless_log_writer import LeaderlessLogWriter
@@ -261,13 +300,11 @@ class ChaosCluster:
     def start_broker(self, index: int) -> None:
         self.brokers[index].start()
 
-    def kill_compactor(self) -> None:
-        assert self.compactor is not None
-        self.compactor.kill()
+    def kill_compactor(self, index: int = 0) -> None:
+        self.compactors[index].kill()
 
-    def start_compactor(self) -> None:
-        assert self.compactor is not None
-        self.compactor.start()
+    def start_compactor(self, index: int = 0) -> None:
+        self.compactors[index].start()
 
     @property
     def oxia_running(self) -> bool:
@@ -275,7 +312,8 @@ class ChaosCluster:
 
     def kill_oxia(self) -> None:
         """SIGKILL the standalone Oxia server (its data and WAL stay on disk)."""
-        assert self._oxia is not None
+        if self._oxia is None:
+            raise StackError("kill_oxia needs the standalone Oxia; a cluster loses nodes (kill_oxia_node)")
         self._oxia.kill()
 
     def start_oxia(self, timeout_s: float = READY_TIMEOUT_S) -> None:
@@ -295,19 +333,106 @@ class ChaosCluster:
 
         self._oxia.wait_healthy(has_leader, timeout_s=timeout_s, what="serving its shards")
 
+    @property
+    def s3_running(self) -> bool:
+        return self._s3 is not None and self._s3.running
+
+    def kill_s3(self) -> None:
+        """SIGKILL the S3 server (its data stays on disk)."""
+        assert self._s3 is not None
+        self._s3.kill()
+
+    def start_s3(self, timeout_s: float = READY_TIMEOUT_S) -> None:
+        """Start the S3 server again on its port and data; wait until it lists the bucket."""
+        assert self._s3 is not None
+        if self._s3.running:
+            return
+        self._spawner.run(self._s3.start)
+        client = s3_client(self._stack.settings.s3_endpoint_url)
+
+        def serving() -> bool:
+            try:
+                client.head_bucket(Bucket=self._stack.settings.bucket)
+            except Exception:  # connection errors while it starts  # noqa: BLE001
+                return False
+            return True
+
+        self._s3.wait_healthy(serving, timeout_s=timeout_s, what="serving its bucket")
+
+    def oxia_node_victim(self, rng: random.Random) -> int:
+        """The Oxia server to lose: the shard leader unless clients bootstrap from it (server 0), else 1 or 2.
+
+        Clients know one service address (server 0); losing it would test a
+        missing load balancer in front of Oxia, not the log.
+        """
+        try:
+            leader = self._stack.oxia_shard_leaders().get(0)
+            index = self._stack.oxia_cluster.server_index(leader) if leader else 0
+        except Exception:  # no leader known right now  # noqa: BLE001
+            index = 0
+        return index if index > 0 else rng.randrange(1, self._stack.oxia_servers)
+
+    def kill_oxia_node(self, index: int) -> None:
+        """SIGKILL one server of the Oxia cluster (its data and WAL stay on disk)."""
+        self._stack.kill_oxia_server(index)
+
+    def start_oxia_node(self, index: int) -> None:
+        """Start the server again on its ports and data; the coordinator adds it back."""
+        self._spawner.run(lambda: self._stack.restart_oxia_server(index))
+
+    def _stack_processes(self) -> dict[str, ManagedProcess]:
+        found = {"s3": self._s3} if self._s3 is not None else {}
+        if self._oxia is not None:
+            found["oxia"] = self._oxia
+        found.update({p.name: p for p in self._stack.processes if p.name.startswith("oxia-server-")})
+        return found
+
+    def pausable(self) -> list[str]:
+        """Names ``pause`` takes: every broker, compactor and Oxia server, and the S3 server."""
+        return [*(p.name for p in self._services()), *self._stack_processes()]
+
+    def _pid(self, name: str) -> int | None:
+        procs: dict[str, Any] = {**{p.name: p for p in self._services()}, **self._stack_processes()}
+        proc = procs[name]
+        return proc.pid if proc.running else None
+
+    def pause(self, name: str) -> None:
+        """SIGSTOP: the process keeps its sockets and state but does nothing (a GC pause, a VM stall)."""
+        pid = self._pid(name)
+        if pid is not None:
+            self._paused.add(name)
+            os.kill(pid, signal.SIGSTOP)
+
+    def resume(self, name: str) -> None:
+        """SIGCONT what ``pause`` stopped."""
+        self._paused.discard(name)
+        pid = self._pid(name)
+        if pid is not None:
+            os.kill(pid, signal.SIGCONT)
+
     def heal(self) -> list[str]:
-        """Start whatever is down (Oxia first); returns what was started."""
-        started = []
-        if not self.oxia_running:
+        """Continue what is paused, start whatever is down (S3 and Oxia first); returns what was done."""
+        started = [f"continued {name}" for name in sorted(self._paused)]
+        for name in sorted(self._paused):
+            self.resume(name)
+        if not self.s3_running:
+            self.start_s3()
+            started.append("s3")
+        if self._oxia is not None and not self.oxia_running:
             self.start_oxia()
             started.append("oxia")
+        for i in range(self._stack.oxia_servers if self.oxia_mode == "cluster" else 0):
+            if not self._stack.oxia_cluster.server_running(i):
+                self.start_oxia_node(i)
+                started.append(f"oxia-server-{i}")
         for i, b in enumerate(self.brokers):
             if not b.running:
                 self.start_broker(i)
                 started.append(b.name)
-        if self.compactor is not None and not self.compactor.running:
-            self.start_compactor()
-            started.append(self.compactor.name)
+        for i, c in enumerate(self.compactors):
+            if not c.running:
+                self.start_compactor(i)
+                started.append(c.name)
         return started
 
     def live_brokers(self) -> list[ServiceProcess]:
@@ -318,7 +443,9 @@ class ChaosCluster:
         if self._closed:
             return
         self._closed = True
-        for p in [*self.brokers, *([self.compactor] if self.compactor else [])]:
+        for name in list(self._paused):
+            self.resume(name)  # a stopped process would not see SIGTERM
+        for p in self._services():
             p.stop()
         self._spawner.run(self._stack.stop)
         self._spawner.close()

@@ -5,10 +5,7 @@
   (so "could not connect" means nothing was sent), and record one
   ``ProducedBatch`` per item with the outcome ``classify_produce_reply``
   decides.
-- ``Nemesis`` SIGKILLs a random broker (two turns in three) or the
-  compactor (the third) every few seconds and starts it again a moment
-  later on its port; once per run (unless
-  disabled) it SIGKILLs Oxia and starts it again.
+- ``Nemesis`` (``testing/_chaos_nemesis.py``) injects the faults.
 - ``TailConsumer`` follows every partition through ``/consume`` while the
   faults run: what it saw must still be in the log afterwards.
 - ``read_library`` and ``read_consume`` read every partition from offset 1
@@ -21,15 +18,13 @@ from __future__ import annotations
 
 import base64
 import http.client
-import itertools
 import json
 import logging
 import random
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from server._protocol.outcomes import (
     CONNECTION_LOST,
@@ -41,6 +36,7 @@ from server._protocol.outcomes import (
 )
 from testing.history import FAILED, OK, UNKNOWN, ProducedBatch, ReadPass
 from testing._chaos_cluster import ChaosCluster
+from testing._chaos_nemesis import Nemesis, NemesisEvent
 
 __all__ = [
     "History",
@@ -263,83 +259,6 @@ class TailConsumer(threading.Thread):
 
     def read_pass(self) -> ReadPass:
         return ReadPass("consume-while-faulting", self.records, complete=False)
-
-
-# -- nemesis ------------------------------------------------------------------------------
-
-
-@dataclass
-class NemesisEvent:
-    at_s: float
-    what: str
-
-
-class Nemesis(threading.Thread):
-    """Kills and restarts processes until ``stop`` is set."""
-
-    def __init__(self, cluster: ChaosCluster, stop: threading.Event, *, seconds: float, oxia_restart: bool,
-                 seed: int, interval_s: tuple[float, float] = (2.0, 4.0), down_s: tuple[float, float] = (0.2, 2.0),
-                 oxia_down_s: tuple[float, float] = (1.0, 3.0), t0: float | None = None) -> None:
-        super().__init__(name="chaos-nemesis", daemon=True)
-        self._cluster = cluster
-        self._halt = stop
-        self._rng = random.Random(seed)
-        self._seconds = seconds
-        self._oxia_pending = oxia_restart
-        self._interval_s = interval_s
-        self._down_s = down_s
-        self._oxia_down_s = oxia_down_s
-        # The run's clock (``History.t0``), so event times line up with batch times.
-        self._t0 = time.monotonic() if t0 is None else t0
-        self.kills: Counter[str] = Counter()
-        self.restart_failures: Counter[str] = Counter()
-        self.events: list[NemesisEvent] = []
-
-    def _note(self, what: str) -> None:
-        self.events.append(NemesisEvent(round(time.monotonic() - self._t0, 2), what))
-        log.info("nemesis: %s", what)
-
-    def run(self) -> None:
-        rng = self._rng
-        oxia_at = self._t0 + self._seconds * rng.uniform(0.3, 0.6)
-        turns = itertools.cycle(["broker", "compactor", "broker"])  # every kind, whatever the seed
-        while not self._halt.wait(rng.uniform(*self._interval_s)):
-            try:
-                if self._oxia_pending and time.monotonic() >= oxia_at:
-                    self._oxia_pending = False
-                    self._restart_oxia()
-                elif next(turns) == "broker":
-                    self._restart_broker(rng.randrange(len(self._cluster.brokers)))
-                else:
-                    self._restart_compactor()
-            except Exception as exc:  # noqa: BLE001 - a failed restart is retried by heal()
-                self._note(f"restart failed: {exc}")
-
-    def _restart_broker(self, i: int) -> None:
-        self._fault("broker", self._cluster.brokers[i].name, lambda: self._cluster.kill_broker(i),
-                    lambda: self._cluster.start_broker(i), self._down_s)
-
-    def _restart_compactor(self) -> None:
-        self._fault("compactor", "compactor", self._cluster.kill_compactor, self._cluster.start_compactor,
-                    self._down_s)
-
-    def _restart_oxia(self) -> None:
-        self._fault("oxia", "oxia", self._cluster.kill_oxia, self._cluster.start_oxia, self._oxia_down_s)
-
-    def _fault(self, kind: str, name: str, kill: Callable[[], None], start: Callable[[], None],
-               down_s: tuple[float, float]) -> None:
-        """SIGKILL, stay down for a moment (part of the fault), start again and wait until healthy."""
-        kill()
-        self.kills[kind] += 1
-        self._note(f"SIGKILL {name}")
-        self._halt.wait(self._rng.uniform(*down_s))
-        started = time.monotonic()
-        try:
-            start()
-        except Exception:
-            self.restart_failures[name] += 1
-            raise
-        self._note(f"{name} back in {time.monotonic() - started:.1f}s")
 
 
 # -- reads ----------------------------------------------------------------------------------

@@ -1,9 +1,9 @@
 """Jepsen-style fault test with real processes: produce under SIGKILLs, then check the log.
 
-Starts a private standalone Oxia + MinIO (``devstack.LocalStack``),
-``--brokers`` role-both brokers and one compactor service as real processes,
-initializes ``--partitions`` partitions of one topic under a fresh root
-prefix, then for ``--seconds``:
+Starts a private Oxia + MinIO (``devstack.LocalStack``), ``--brokers``
+role-both brokers and one compactor service (two with ``--two-compactors``)
+as real processes, initializes ``--partitions`` partitions of one topic
+under a fresh root prefix, then for ``--seconds``:
 
 - ``--producers`` threads send ``POST /produce`` (1-3 partitions x 1-20
   unique records) to random live brokers and record every batch's outcome:
@@ -11,9 +11,22 @@ prefix, then for ``--seconds``:
   500, ``OutcomeUnknown``);
 - a consumer follows every partition through ``/consume`` on random live
   brokers (what it saw must still be in the log afterwards);
-- a nemesis SIGKILLs a random broker or the compactor every few seconds and
-  restarts it a moment later on the same port, and SIGKILLs and restarts
-  Oxia once (not with ``--no-oxia-restart``).
+- a nemesis (``testing/_chaos_nemesis.py``) SIGKILLs a random broker or
+  compactor every few seconds and restarts it a moment later on the same
+  port, and SIGKILLs and restarts the standalone Oxia once (not with
+  ``--no-oxia-restart``). Wider faults, each a flag, all of them with
+  ``--all``:
+
+  - ``--pause``: SIGSTOP a random broker, compactor, Oxia server or MinIO
+    for 0.5-8 s (past the services' 5 s Oxia session), then SIGCONT;
+  - ``--minio-restart``: SIGKILL MinIO once, start it on its port and data;
+  - ``--two-compactors``: two compactor services compete for the claims;
+  - ``--oxia-node-loss``: Oxia runs as a 3-server cluster (replication
+    factor 3) instead of standalone, and one server is SIGKILLed once under
+    load and started again seconds later.
+
+  The compactors run vacuum every second with the smallest legal grace, so a
+  paused writer or compactor races it.
 
 Then it restarts whatever is down, checks every broker takes a produce
 again, reads every partition from offset 1 with ``LeaderlessLogReader`` and
@@ -47,16 +60,19 @@ from typing import Any, Callable
 
 from testing.history import KINDS, OK, CheckResult, ReadPass, Violation, check
 from testing._chaos_cluster import ChaosCluster
+from testing._chaos_nemesis import FaultPlan, Nemesis
 from testing._chaos_workload import (
     History,
-    Nemesis,
     Producer,
     TailConsumer,
     read_consume,
     read_library,
 )
 
-__all__ = ["ChaosOptions", "ChaosReport", "LIVENESS_KINDS", "run", "main"]
+__all__ = [
+    "ChaosOptions", "ChaosReport", "LIVENESS_KINDS", "acknowledged_by_window", "fault_plan", "options_from_args",
+    "run", "main",
+]
 
 LIVENESS_KINDS = {
     "unavailable": "a broker did not take a produce again after the faults stopped",
@@ -74,6 +90,14 @@ class ChaosOptions:
     faults: bool = True
     """False: no nemesis at all (a control run: any violation is then not caused by faults)."""
     fault_interval_s: tuple[float, float] = (2.0, 4.0)
+    pause: bool = False
+    """SIGSTOP/SIGCONT brokers, compactors, Oxia and MinIO."""
+    minio_restart: bool = False
+    """SIGKILL MinIO once and start it again."""
+    compactors: int = 1
+    """Compactor services competing for the partitions' claims."""
+    oxia_node_loss: bool = False
+    """Run Oxia as a 3-server cluster and lose one server once (no whole-Oxia restart then)."""
     recover_s: float = 60.0
     """After the faults: how long each broker has to take a produce again."""
     compaction_wait_s: float = 30.0
@@ -109,6 +133,8 @@ class ChaosReport:
     violation_list: list[dict[str, Any]] = field(default_factory=list)
     tail_consumer: dict[str, Any] = field(default_factory=dict)
     """Requests of the consumer that followed the log during the faults, and its (expected) errors."""
+    acknowledged_by_window: list[int] = field(default_factory=list)
+    """Batches acknowledged in each quarter of the fault phase (progress while faulting)."""
 
     @property
     def ok(self) -> bool:
@@ -125,7 +151,8 @@ class ChaosReport:
             f"unknown {b.get('unknown', 0)} (in the log {self.unknown_present}, absent {self.unknown_absent})",
             f"records: acknowledged {r.get('ok', 0)}, definitely failed {r.get('failed', 0)}, "
             f"unknown {r.get('unknown', 0)}",
-            f"kills: {dict(self.kills) or 'none'}; Oxia restarts {self.kills.get('oxia', 0)}"
+            f"acknowledged per quarter of the run: {self.acknowledged_by_window}",
+            f"faults: {dict(self.kills) or 'none'}; Oxia restarts {self.kills.get('oxia', 0)}"
             + (f"; restart failures {self.restart_failures}" if self.restart_failures else ""),
             f"reads (records): {self.reads}",
             f"consumer while faulting: {self.tail_consumer}",
@@ -145,6 +172,26 @@ class ChaosReport:
                 for ex in self.examples.get(kind, []):
                     lines.append(f"      {ex}")
         return "\n".join(lines)
+
+
+def acknowledged_by_window(batches: list[Any], seconds: float, windows: int = 4) -> list[int]:
+    """Acknowledged batches by when they were answered, in ``windows`` equal slices of ``seconds``.
+
+    Answers after ``seconds`` (the probes after the faults) count nowhere.
+    """
+    counts = [0] * windows
+    for b in batches:
+        if b.outcome == OK and b.answered_s is not None and 0 <= b.answered_s <= seconds:
+            counts[min(windows - 1, int(b.answered_s / seconds * windows))] += 1
+    return counts
+
+
+def fault_plan(opts: ChaosOptions) -> FaultPlan:
+    """A cluster of Oxia servers loses one server instead of restarting as a whole."""
+    return FaultPlan(
+        oxia_restart=opts.faults and opts.oxia_restart and not opts.oxia_node_loss,
+        pause=opts.pause, minio_restart=opts.minio_restart, oxia_node_loss=opts.oxia_node_loss,
+    )
 
 
 def _probe_brokers(cluster: ChaosCluster, history: History, deadline_s: float, say: Callable[[str], None]) -> list[Violation]:
@@ -218,15 +265,18 @@ def run(opts: ChaosOptions, say: Callable[[str], None] = print) -> ChaosReport:
         phases[name] = round(now - started, 1)
         started = now
 
-    with ChaosCluster(data_dir, partitions=opts.partitions, brokers=opts.brokers) as cluster:
+    oxia_mode = "cluster" if opts.oxia_node_loss else "standalone"
+    with ChaosCluster(data_dir, partitions=opts.partitions, brokers=opts.brokers, compactors=opts.compactors,
+                      oxia_mode=oxia_mode) as cluster:
         phase("start")
-        say(f"[chaos] up in {phases['start']:.1f}s: {opts.brokers} brokers, compactor, "
-            f"{opts.partitions} partitions of {cluster.topic!r} under {cluster.root_prefix}")
+        say(f"[chaos] up in {phases['start']:.1f}s: {opts.brokers} brokers, {opts.compactors} compactor(s), "
+            f"Oxia {oxia_mode}, {opts.partitions} partitions of {cluster.topic!r} under {cluster.root_prefix}; "
+            f"faults {fault_plan(opts)}")
         stop = threading.Event()
         history = History()  # its clock is the run's: batch times line up with nemesis events
         producers = [Producer(i, cluster, history, stop, seed=opts.seed * 1000 + i) for i in range(opts.producers)]
-        nemesis = Nemesis(cluster, stop, seconds=opts.seconds, oxia_restart=opts.oxia_restart and opts.faults,
-                          seed=opts.seed, interval_s=opts.fault_interval_s, t0=history.t0)
+        nemesis = Nemesis(cluster, stop, seconds=opts.seconds, plan=fault_plan(opts), seed=opts.seed,
+                          interval_s=opts.fault_interval_s, t0=history.t0)
         tail = TailConsumer(cluster, stop, seed=opts.seed)
         t0 = history.t0
         tail.start()
@@ -248,6 +298,7 @@ def run(opts: ChaosOptions, say: Callable[[str], None] = print) -> ChaosReport:
         if nemesis.is_alive():
             nemesis.join()
         ran_s = time.monotonic() - t0
+        progress = acknowledged_by_window(history.batches, ran_s)
         phase("faults")
         healed = cluster.heal()
         say(f"[chaos] faults stopped after {ran_s:.1f}s; restarted {healed or 'nothing'}; probing the brokers")
@@ -272,6 +323,7 @@ def run(opts: ChaosOptions, say: Callable[[str], None] = print) -> ChaosReport:
         phase("last_read_and_check")
         report = _report(opts, cluster, data_dir, ran_s, history, nemesis, result, liveness, compaction, phases)
         report.tail_consumer = {"requests": tail.requests, "errors": dict(tail.errors)}
+        report.acknowledged_by_window = progress
     if own_dir and report.ok:
         shutil.rmtree(data_dir, ignore_errors=True)
     return report
@@ -324,6 +376,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--no-faults", action="store_true", help="no nemesis at all (a control run)")
     p.add_argument("--fault-interval", type=float, nargs=2, default=(2.0, 4.0), metavar=("MIN_S", "MAX_S"),
                    help="seconds between faults, drawn uniformly (default 2 4)")
+    p.add_argument("--pause", action="store_true",
+                   help="SIGSTOP brokers, compactors, Oxia and MinIO for 0.5-8 s, then SIGCONT")
+    p.add_argument("--minio-restart", action="store_true", help="SIGKILL MinIO once and start it again")
+    p.add_argument("--two-compactors", action="store_true", help="two compactor services compete for claims")
+    p.add_argument("--oxia-node-loss", action="store_true",
+                   help="a 3-server Oxia cluster; SIGKILL one server once under load, start it later")
+    p.add_argument("--all", action="store_true", help="every fault above together")
     p.add_argument("--recover-seconds", type=float, default=60.0,
                    help="after the faults, how long each broker has to take a produce again (default 60)")
     p.add_argument("--compaction-wait", type=float, default=30.0,
@@ -336,16 +395,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    seed = args.seed if args.seed is not None else int(time.time())
-    opts = ChaosOptions(
+def options_from_args(args: argparse.Namespace, seed: int) -> ChaosOptions:
+    """The run's options from the command line; ``--all`` turns on every wider fault."""
+    return ChaosOptions(
         seconds=args.seconds, producers=args.producers, partitions=args.partitions, brokers=args.brokers,
         oxia_restart=not args.no_oxia_restart, faults=not args.no_faults,
         fault_interval_s=tuple(args.fault_interval), recover_s=args.recover_seconds,
         compaction_wait_s=args.compaction_wait, seed=seed, data_dir=args.data_dir,
+        pause=args.pause or args.all, minio_restart=args.minio_restart or args.all,
+        compactors=2 if args.two_compactors or args.all else 1, oxia_node_loss=args.oxia_node_loss or args.all,
     )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    seed = args.seed if args.seed is not None else int(time.time())
+    opts = options_from_args(args, seed)
     print(f"[chaos] seed {seed}", flush=True)
     try:
         report = run(opts, say=lambda s: print(s, flush=True))
