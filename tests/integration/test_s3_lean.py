@@ -107,7 +107,8 @@ def test_a_dropped_keep_alive_connection_is_replaced(s3_config, llog_env):
         s3_config.access_key_id, s3_config.secret_access_key, s3_config.region_name or "us-east-1"))
     try:
         assert getter.get(bucket, key) == b"hello"
-        getter._local.conn.sock.close()  # the server (or a NAT) dropped the idle connection
+        assert getter.idle_connections == 1
+        getter._idle[0].sock.close()  # the server (or a NAT) dropped the idle connection
         assert getter.get(bucket, key, (1, 3)) == b"ell"
         with pytest.raises(LeanS3Error) as info:
             getter.get(bucket, key + "-missing")
