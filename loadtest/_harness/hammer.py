@@ -24,7 +24,7 @@ import math
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from devstack import die_with_parent_argv
 from server._errors import ConfigError
@@ -35,6 +35,7 @@ __all__ = [
     "HAMMER_SOURCE",
     "HammerBuildError",
     "HammerConfig",
+    "drive_scenario",
     "ensure_hammer",
     "hammer_config_for",
     "hammer_key",
@@ -223,3 +224,13 @@ def run_hammer(config: HammerConfig, manifest_path: Path, out_dir: Path, log_pat
             proc.kill()
             proc.wait()
             raise
+
+
+def drive_scenario(scenario: Any, run_dir: Path, say: Callable[[str], None]) -> int:
+    """Run the hammer over ``scenario``'s routing manifest in ``run_dir``; say
+    where to look when it exits non-zero. Returns its exit status."""
+    log_path = run_dir / "logs" / "http_hammer.log"
+    code = run_hammer(hammer_config_for(scenario), run_dir / "routing-manifest.json", run_dir, log_path)
+    if code != 0:
+        say(f"the hammer exited with status {code}: see {log_path}")
+    return code

@@ -105,7 +105,7 @@ def run_scenario(scenario: Scenario, options: RunOptions, say: Callable[[str], N
 
 def _drive_load(stack: RunStack, scenario: Scenario, options: RunOptions, faults: FaultInjector,
                 say: Callable[[str], None]) -> None:
-    from loadtest._harness.hammer import hammer_config_for, run_hammer
+    from loadtest._harness.hammer import drive_scenario
     from loadtest.metrics_collector import MetricsCollector
 
     run_dir = stack.run_dir
@@ -116,10 +116,7 @@ def _drive_load(stack: RunStack, scenario: Scenario, options: RunOptions, faults
     faults.start()
     try:
         say(f"load: {scenario.load.mode} loop for {scenario.duration_s:.0f}s on {scenario.load.partitions} partitions")
-        code = run_hammer(hammer_config_for(scenario), run_dir / "routing-manifest.json", run_dir,
-                          run_dir / "logs" / "http_hammer.log")
-        if code != 0:
-            say(f"the hammer exited with status {code}: see {run_dir / 'logs' / 'http_hammer.log'}")
+        drive_scenario(scenario, run_dir, say)
     finally:
         collector.sample_now()
         collector.stop()

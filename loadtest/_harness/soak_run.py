@@ -149,7 +149,7 @@ def _load(stack: Any, scenario: Scenario, options: SoakOptions, sampler: Any,
     """Drive the load; (start, end) in Unix seconds."""
     from loadtest.metrics_collector import MetricsCollector
 
-    from .hammer import hammer_config_for, run_hammer
+    from .hammer import drive_scenario
 
     run_dir = stack.run_dir
     collector = MetricsCollector(stack.doc, run_dir / "metrics-30s.jsonl", interval_s=COLLECTOR_INTERVAL_S)
@@ -161,10 +161,7 @@ def _load(stack: Any, scenario: Scenario, options: SoakOptions, sampler: Any,
         f"on {scenario.load.partitions} partitions; samples every {options.sample_interval_s:g} s "
         f"in {run_dir / 'soak-samples.jsonl'}")
     try:
-        code = run_hammer(hammer_config_for(scenario), run_dir / "routing-manifest.json", run_dir,
-                          run_dir / "logs" / "http_hammer.log")
-        if code != 0:
-            say(f"the hammer exited with status {code}: see {run_dir / 'logs' / 'http_hammer.log'}")
+        drive_scenario(scenario, run_dir, say)
     finally:
         collector.sample_now()
         collector.stop()
