@@ -62,6 +62,9 @@ BROKER_ENV = {
 COMPACTOR_ENV = {
     "LLOG_COMPACTOR_WORKERS": "4",
     "LLOG_COMPACTOR_IDLE_SLEEP_MS": "200",
+    # Deferral on, short: runs wait for 256 KiB or 2 s, so faults also hit deferred runs.
+    "LLOG_COMPACTOR_MIN_BYTES_PER_RUN": "262144",
+    "LLOG_COMPACTOR_MAX_DELAY_MS": "2000",
     "LLOG_COMPACTOR_IDLE_JITTER_MS": "100",
     "LLOG_COMPACTOR_ERROR_SLEEP_MS": "500",
     "LLOG_COMPACTOR_ERROR_JITTER_MS": "250",

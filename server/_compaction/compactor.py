@@ -34,8 +34,7 @@ simulate a crash at that point.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
-from enum import Enum
+from dataclasses import replace
 from typing import Callable, Mapping
 
 from .._config import OxiaConfig, S3Config
@@ -59,6 +58,7 @@ from .._storage.stores import Closeable, Stores, use_stores
 from .._metrics import LlogMetrics
 from .._runtime import REAL_RUNTIME, Runtime
 from .config import DEFAULT_MAX_BYTES, DEFAULT_MAX_OFFSETS, CompactionLimits
+from .results import CompactionOutcome, CompactionResult
 
 __all__ = [
     "LeaderlessLogCompactor",
@@ -73,53 +73,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_REFERENCE_AGE_MS = REFERENCE_DEADLINE_MS  # SPEC 7.0 ``D`` (_protocol/constants.py)
-
-
-class CompactionOutcome(str, Enum):
-    NOTHING_TO_DO = "nothing_to_do"
-    """No WAL run starts at the cursor below the limit."""
-    COMPACTED = "compacted"
-    """This run selected, wrote and committed a new compacted range."""
-    RESUMED = "resumed"
-    """This run finished an interrupted compaction found in meta/compaction."""
-    CONFLICT = "conflict"
-    """Another compactor owns the range; this run stopped without changing it."""
-    ABANDONED = "abandoned"
-    """An interrupted or stale compaction was no longer valid and was dropped."""
-
-
-@dataclass(frozen=True)
-class CompactionResult:
-    topic: str
-    partition: int
-    outcome: CompactionOutcome
-    start_offset: int | None = None
-    end_offset: int | None = None
-    msg_count: int = 0
-    data_key: str | None = None
-    """``s3://`` URI of the compacted object."""
-    source_entries: int = 0
-    bytes_read: int = 0
-    bytes_written: int = 0
-    recovered_pending: bool = False
-    high_watermark: int = 0
-    """The partition's high watermark at the start of the run."""
-    cursor: int = 1
-    """The compaction cursor after the run."""
-
-    @property
-    def lag_offsets(self) -> int:
-        """Offsets written but not yet compacted (as of this run): what is left."""
-        return max(0, self.high_watermark - (self.cursor - 1))
-
-    @property
-    def backlog_offsets(self) -> int:
-        """Offsets waiting for compaction when this run started: how far behind
-        the compactor was when it came to the partition (``lag_offsets`` is
-        what the run left, 0 whenever it caught up with the high watermark it
-        started from, however much had piled up)."""
-        first = self.start_offset if self.start_offset is not None else self.cursor
-        return max(0, self.high_watermark - (first - 1))
 
 
 StepHook = Callable[[str], None]
@@ -140,16 +93,25 @@ class LeaderlessLogCompactor(Closeable):
         max_offsets_per_run: int = DEFAULT_MAX_OFFSETS,
         max_bytes_per_run: int = DEFAULT_MAX_BYTES,
         max_reference_age_ms: int = DEFAULT_MAX_REFERENCE_AGE_MS,
+        min_bytes_per_run: int = 0,
+        max_delay_ms: int = 0,
         step_hook: StepHook | None = None,
         runtime: Runtime = REAL_RUNTIME,
     ) -> None:
+        """``min_bytes_per_run`` / ``max_delay_ms``: a WAL run at the cursor with
+        fewer source bytes than the first waits (``DEFERRED``) until its oldest
+        entry is ``max_delay_ms`` old; 0 (the default) compacts at once."""
         if max_offsets_per_run < 1 or max_bytes_per_run < 1:
             raise InvalidRequest("max_offsets_per_run and max_bytes_per_run must be >= 1")
+        if min_bytes_per_run < 0 or max_delay_ms < 0:
+            raise InvalidRequest("min_bytes_per_run and max_delay_ms must be >= 0")
         self.bucket = s3_config.require_bucket()
         self.layout = LogLayout(oxia_config.root_prefix)
         self.metrics = metrics or LlogMetrics()
         self.max_offsets_per_run = max_offsets_per_run
         self.max_bytes_per_run = max_bytes_per_run
+        self.min_bytes_per_run = min_bytes_per_run
+        self.max_delay_ms = max_delay_ms
         check_reference_deadline(max_reference_age_ms, what="compactor")
         self.max_reference_age_ms = max_reference_age_ms
         self._hook = step_hook
@@ -222,6 +184,9 @@ class LeaderlessLogCompactor(Closeable):
         self._stage("select", t)
         if not selected:
             return base
+        wait_ms = self._wait_ms(selected, max_offsets)
+        if wait_ms is not None:
+            return replace(base, outcome=CompactionOutcome.DEFERRED, retry_after_ms=wait_ms)
         start, end = selected[0][1].start_offset, selected[-1][1].end_offset
         last_rec = selected[-1][0]
 
@@ -362,6 +327,19 @@ class LeaderlessLogCompactor(Closeable):
             if count >= max_offsets:
                 break
         return selected
+
+    def _wait_ms(self, selected: list[tuple[Record, ResolvedBatch]], max_offsets: int) -> int | None:
+        """How long the selection should wait for more (None: compact it now).
+        A selection cut by a run limit is never small, so it never waits."""
+        if self.max_delay_ms == 0 or self.min_bytes_per_run == 0:
+            return None
+        nbytes = sum(b.entry.byte_length or 0 for _, b in selected)
+        count = sum(b.entry.msg_count for _, b in selected)
+        if nbytes >= min(self.min_bytes_per_run, self.max_bytes_per_run) or count >= max_offsets:
+            return None
+        oldest = min(b.entry.created_at_ms for _, b in selected)
+        wait = oldest + self.max_delay_ms - self.runtime.clock.now_ms()
+        return wait if wait > 0 else None
 
     def _selection_overtaken(self, keys: PartitionKeys, start: int) -> bool:
         """Whether another compaction has taken over the range selected from

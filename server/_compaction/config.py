@@ -32,6 +32,10 @@ __all__ = [
 
 DEFAULT_MAX_OFFSETS = 100_000
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
+DEFAULT_SERVICE_MIN_BYTES = 4 * 1024 * 1024
+"""The service waits for this much (or ``DEFAULT_SERVICE_MAX_DELAY_MS``) before compacting a log: at a
+trickle, compacting every second wrote one tiny object per log per second (see ARCHITECTURE.md)."""
+DEFAULT_SERVICE_MAX_DELAY_MS = 30_000
 
 
 @dataclass(frozen=True)
@@ -150,6 +154,17 @@ class CompactorServiceConfig:
                                    env="LLOG_COMPACTOR_ERROR_JITTER_MS", default=2_000, min=0)
     max_offsets_per_run: int = same_as(CompactionLimits, "max_offsets_per_run")
     max_bytes_per_run: int = same_as(CompactionLimits, "max_bytes_per_run")
+    min_bytes_per_run: int = setting(
+        "A log's uncompacted tail smaller than this waits (up to LLOG_COMPACTOR_MAX_DELAY_MS) for more before "
+        "it is compacted: fewer, bigger compacted objects (S3 PUTs, index entries, vacuum work); 0 compacts "
+        "whatever is there.",
+        env="LLOG_COMPACTOR_MIN_BYTES_PER_RUN", default=DEFAULT_SERVICE_MIN_BYTES, min=0,
+    )
+    max_delay_ms: int = setting(
+        "The longest a WAL entry waits for LLOG_COMPACTOR_MIN_BYTES_PER_RUN to fill before it is compacted "
+        "anyway (measured from the entry's created_at_ms); 0 never waits.",
+        env="LLOG_COMPACTOR_MAX_DELAY_MS", default=DEFAULT_SERVICE_MAX_DELAY_MS, min=0, max=3_600_000,
+    )
     blob_cache_bytes: int = setting(
         "Memory for whole shared WAL blobs that several logs compact slices of (cuts S3 GETs per compacted "
         "MB ~10x); 0 fetches every slice by range.",

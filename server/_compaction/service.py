@@ -148,6 +148,8 @@ class CompactorService:
             vacuum_interval_ms=c.vacuum.interval_ms,
             vacuum_grace_ms=c.vacuum.grace_ms,
             blob_cache_bytes=c.blob_cache_bytes,
+            min_bytes_per_run=c.min_bytes_per_run,
+            max_delay_ms=c.max_delay_ms,
         )
         self.metrics.set_info_metric(
             "compactor_info", compactor_id=c.compactor_id, workers=c.workers, root_prefix=self.layout.root,
@@ -180,6 +182,7 @@ class CompactorService:
         return LeaderlessLogCompactor(
             self._oxia_config, self._s3_config, metrics=self.metrics, stores=self._compactor_stores,
             max_offsets_per_run=self.config.max_offsets_per_run, max_bytes_per_run=self.config.max_bytes_per_run,
+            min_bytes_per_run=self.config.min_bytes_per_run, max_delay_ms=self.config.max_delay_ms,
             runtime=self.runtime,
         )
 

@@ -35,6 +35,7 @@ class TaskOutcome(str, Enum):
     NOTHING_TO_DO = "nothing_to_do"
     CONFLICT = "conflict"
     ABANDONED = "abandoned"
+    DEFERRED = "deferred"
     BUSY = "busy"
     """Another compactor holds the log's claim."""
     NOT_INITIALIZED = "not_initialized"

@@ -19,7 +19,7 @@ _OXIA_OPS = (
 )
 _S3_OPS = ("put", "get", "range_get", "list", "delete")
 _OUTCOMES = ("ok", "error")
-_COMPACTION_OUTCOMES = ("compacted", "resumed", "nothing_to_do", "conflict", "abandoned")
+_COMPACTION_OUTCOMES = ("compacted", "resumed", "nothing_to_do", "deferred", "conflict", "abandoned")
 _TASK_OUTCOMES = _COMPACTION_OUTCOMES + ("busy", "not_initialized", "error")
 
 

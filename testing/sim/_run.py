@@ -115,8 +115,10 @@ def run_seed(seed: int, config: SimConfig | None = None) -> RunResult:
     n_readers = plan.randint(1, 2)
     with_fencer = plan.random() < 0.5
     with_vacuum = plan.random() < 0.7
-    shape = (f"{n_logs} logs, {n_writers} writers, {n_compactors} compactors, {n_readers} readers"
-             f"{', fencer' if with_fencer else ''}{', vacuum' if with_vacuum else ''}")
+    # Drawn last, so the earlier choices of every seed stay what they were.
+    deferral = {"min_bytes_per_run": 64, "max_delay_ms": 40} if plan.random() < 0.3 else {}
+    shape = (f"{n_logs} logs, {n_writers} writers, {n_compactors} compactors{' (deferring)' if deferral else ''}, "
+             f"{n_readers} readers{', fencer' if with_fencer else ''}{', vacuum' if with_vacuum else ''}")
 
     clock = SimClock()
     faults = FaultPlan(random.Random(f"{seed}:faults"), config.faults)
@@ -134,7 +136,7 @@ def run_seed(seed: int, config: SimConfig | None = None) -> RunResult:
     world = _actors.World(
         sched=sched, clock=clock, history=history, tps=tps,
         new_writer=lambda: inline_pools(LeaderlessLogWriter(OXIA, S3, commit_parallelism=1, **parts)),
-        new_compactor=lambda: inline_pools(LeaderlessLogCompactor(OXIA, S3, **parts)),
+        new_compactor=lambda: inline_pools(LeaderlessLogCompactor(OXIA, S3, **deferral, **parts)),
         new_reader=lambda: inline_pools(LeaderlessLogReader(OXIA, S3, **parts)),
         new_vacuum=lambda: Vacuum(OXIA, S3, grace_ms=GRACE_MS, allow_unsafe_grace=True,  # tests try unsafe ones
                                    **parts),

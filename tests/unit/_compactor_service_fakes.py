@@ -66,7 +66,7 @@ def config(**kw) -> CompactorServiceConfig:
     base = CompactorServiceConfig(
         compactor_id="me", port=0, targets=(A, B), workers=2, discovery_interval_ms=0,
         idle_sleep_ms=0, error_sleep_ms=0, idle_jitter_ms=0, error_jitter_ms=0,
-        shutdown_timeout_ms=5_000, vacuum=VacuumConfig(interval_ms=0),
+        shutdown_timeout_ms=5_000, vacuum=VacuumConfig(interval_ms=0), max_delay_ms=0,
     )
     return replace(base, **kw)
 

@@ -133,3 +133,18 @@ def test_blob_cache_concurrent_readers_share_one_fill():
         t.join(5)
     assert results == {i: data[i:i + 7] for i in range(8)}
     assert [r for _, r in objs.gets].count(None) == 1 and len(objs.gets) == 2
+
+
+def test_blob_cache_forgets_old_blobs_so_a_long_run_stays_flat():
+    """The soak's finding: the first-GET state of every blob ever read was kept
+    (up to 100,000 entries), ~10 MB an hour of compactor memory for two hours.
+    Tracking is bounded well below that; a forgotten blob costs one extra GET."""
+    from server._compaction.blob_cache import DEFAULT_MAX_TRACKED
+
+    objs = CountingObjects()
+    c = cache(objs)
+    assert DEFAULT_MAX_TRACKED <= 20_000
+    for i in range(DEFAULT_MAX_TRACKED + 5_000):
+        objs.put("llog", f"llog/wal-shared/{i}", b"xy")
+        assert c.get("llog", f"llog/wal-shared/{i}", (0, 1)) == b"x"
+    assert len(c._seen) == DEFAULT_MAX_TRACKED

@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 
 from server._config import OxiaConfig, S3Config
-from server._errors import AppendFailed
+from server._errors import AppendFailed, InvalidRequest
 from server._protocol.keys import LogLayout
-from server._protocol.records import CompactionCursor, CompactionState, ControlRecord, IndexEntry
+from server._protocol.records import CompactionCursor, CompactionState, ControlRecord, EntryType, IndexEntry
 from server._storage.metastore import InMemoryMetadataStore
 from server._storage.objectstore import InMemoryObjectStore
 from server.leaderless_log_compactor import CompactionOutcome, LeaderlessLogCompactor
@@ -401,3 +401,68 @@ def test_a_compactor_finding_an_unmaterialized_pending_creates_its_entry(stores)
     assert res.recovered_pending and (res.start_offset, res.end_offset) == (1, 7)
     check_invariants(meta, stores[1])
     assert read_all(stores) == want + [b"lost-c4"]
+
+
+class _StepClock:
+    """A wall clock the test moves (the other clocks read the machine's)."""
+
+    def __init__(self, now_ms: int) -> None:
+        self.now = now_ms
+
+    def now_ms(self) -> int:
+        return self.now
+
+    def monotonic(self) -> float:
+        return self.now / 1000
+
+    def perf_counter(self) -> float:
+        return self.now / 1000
+
+    def sleep(self, seconds: float) -> None:
+        self.now += int(seconds * 1000)
+
+
+def _deferring(stores, clock, **kw):
+    from server._runtime import REAL_RUNTIME, Runtime
+
+    runtime = Runtime(clock=clock, ids=REAL_RUNTIME.ids, rng=REAL_RUNTIME.rng)
+    return make(stores, LeaderlessLogCompactor, runtime=runtime, **kw)
+
+
+def test_a_small_young_tail_waits_and_is_compacted_once_old_enough(stores):
+    want = fill(stores, batches=4, per=3)  # created_at_ms: the machine's clock, now
+    oldest = min(IndexEntry.decode(r.value).created_at_ms
+                 for r in stores[0].range_scan("llog/orders/partitions/0/index/", "llog/orders/partitions/0/index/~",
+                                               "orders:0"))
+    clock = _StepClock(oldest + 1_000)
+    with _deferring(stores, clock, min_bytes_per_run=1 << 20, max_delay_ms=30_000) as c:
+        r = c.compact_once("orders", 0)
+        assert r.outcome is CompactionOutcome.DEFERRED
+        assert r.retry_after_ms == 29_000 and r.lag_offsets == 12
+        assert all(t == EntryType.WAL for _, _, t in index(stores[0]))  # nothing changed
+        clock.now = oldest + 30_000
+        assert c.compact_once("orders", 0).outcome is CompactionOutcome.COMPACTED
+    assert check_invariants(stores[0], stores[1]) == 13
+    assert read_all(stores) == want
+
+
+def test_a_tail_of_min_bytes_or_cut_by_a_run_limit_is_compacted_at_once(stores):
+    fill(stores, batches=4, per=3)
+    oldest = min(IndexEntry.decode(r.value).created_at_ms
+                 for r in stores[0].range_scan("llog/orders/partitions/0/index/", "llog/orders/partitions/0/index/~",
+                                               "orders:0"))
+    clock = _StepClock(oldest)
+    with _deferring(stores, clock, min_bytes_per_run=1, max_delay_ms=30_000) as c:  # 1 byte: always enough
+        assert c.compact_once("orders", 0, max_offsets=3).outcome is CompactionOutcome.COMPACTED
+    with _deferring(stores, clock, min_bytes_per_run=1 << 20, max_delay_ms=30_000) as c:
+        # max_offsets cuts the selection: a full run never waits.
+        assert c.compact_once("orders", 0, max_offsets=3).outcome is CompactionOutcome.COMPACTED
+        assert c.compact_once("orders", 0).outcome is CompactionOutcome.DEFERRED  # the rest: small, young
+    with _deferring(stores, clock, min_bytes_per_run=1 << 20, max_delay_ms=0) as c:  # 0: never waits
+        assert c.compact_once("orders", 0).outcome is CompactionOutcome.COMPACTED
+    assert check_invariants(stores[0], stores[1]) == 13
+
+
+def test_deferral_settings_are_checked(stores):
+    with pytest.raises(InvalidRequest):
+        make(stores, LeaderlessLogCompactor, min_bytes_per_run=-1)

@@ -21,7 +21,7 @@ from collections import Counter
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from server._compaction.config import VacuumConfig
+from server._compaction.config import CompactorServiceConfig, VacuumConfig
 from server._errors import MetadataStoreError
 from server._protocol.keys import TopicPartition
 from server._storage.metastore import InMemoryMetadataStore
@@ -58,6 +58,24 @@ def objs():
 
 
 # -- with the real compactor over the fakes ---------------------------------------------------------
+
+
+def test_by_default_the_service_waits_for_a_small_tail_to_grow(meta, objs):
+    """The service's defaults (4 MiB or 30 s) leave a few fresh records alone:
+    at a trickle, compacting each second wrote one tiny object per log."""
+    from server._compaction.config import DEFAULT_SERVICE_MAX_DELAY_MS, DEFAULT_SERVICE_MIN_BYTES
+
+    fill(meta, objs, [A])
+    defaults = CompactorServiceConfig(compactor_id="me")
+    assert (defaults.min_bytes_per_run, defaults.max_delay_ms) == (DEFAULT_SERVICE_MIN_BYTES,
+                                                                   DEFAULT_SERVICE_MAX_DELAY_MS)
+    with real_service(meta, objs, targets=(A,), min_bytes_per_run=defaults.min_bytes_per_run,
+                      max_delay_ms=defaults.max_delay_ms) as svc:
+        [result] = svc.run_pass()
+        assert result.outcome == "deferred" and result.result.lag_offsets == 3
+        assert 0 < result.result.retry_after_ms <= DEFAULT_SERVICE_MAX_DELAY_MS
+        assert svc.metrics.counter("compactor_runs_total", outcome="deferred") == 1
+    assert cursor(meta, A) == 1
 
 
 def test_run_pass_compacts_every_target_and_discovered_log(meta, objs):

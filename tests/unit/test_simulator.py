@@ -24,7 +24,7 @@ from server._storage.metastore import InMemoryMetadataStore
 from testing.sim import SimConfig, SimFailure, _run, run_seed
 from testing.sim._stores import IndexedMetadataStore
 
-SEEDS = int(os.environ.get("LLOG_SIM_SEEDS", "2000"))
+SEEDS = int(os.environ.get("LLOG_SIM_SEEDS", "1000"))
 
 
 @pytest.fixture(autouse=True)
