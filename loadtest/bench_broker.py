@@ -44,6 +44,7 @@ from loadtest._common import Broker, put_bandwidth, run_threads, stack_env
 from server._protocol.produce_binary import PRODUCE_BINARY_CONTENT_TYPE, encode_binary_produce
 from server._protocol.consume_binary import CONSUME_BINARY_CONTENT_TYPE, parse_binary_consume
 from server._config import BatchConfig
+from server.client import ensure_topic, parse_broker_list
 from typing import Any, Callable
 
 MIB = 1024 * 1024
@@ -425,6 +426,7 @@ def main(argv: list[str] | None = None) -> int:
         logs = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="llog-bench-logs-")))
         broker = Broker(env, "both", logs / "broker.log")
         stack.callback(broker.stop)
+        ensure_topic(parse_broker_list(f"http://127.0.0.1:{broker.port}"), topic, args.partitions)
         bodies = make_bodies(args, topic, 256)
         ctype = PRODUCE_BINARY_CONTENT_TYPE if args.body == "binary" else "application/json"
         print(f"[bench] broker on port {broker.port}; warming up (partition initialization) ...", flush=True)

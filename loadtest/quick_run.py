@@ -169,6 +169,9 @@ def run(args: argparse.Namespace, r: Run) -> int:
         spark = warmup.result(args.timeout_s)
         r.say(f"Spark session up in {warmup.session_s:.1f} s, warm-up (the produce path on a sample, nothing "
               f"sent) {warmup.warmup_s:.1f} s, both beside the set-up")
+        from server.client import ensure_topic, parse_broker_list
+        have = ensure_topic(parse_broker_list(broker.url), TOPIC, args.partitions)
+        r.say(f"topic {TOPIC}: {have} partitions (POST /topics; {broker.url}/topics/{TOPIC} describes it)")
         r.begin("produce", f"PySpark produce job -> {TOPIC} ({args.partitions} partitions, key customer_id)")
         from server.spark.produce_job import ProduceOptions, run_produce_job
         key_column = "customer_id" if args.input is None else None

@@ -14,6 +14,7 @@ import sys
 from typing import Sequence
 
 from ._broker.config import BrokerConfig
+from ._catalogue.topic_config import TopicDefaults
 from ._compaction.config import CompactorServiceConfig, VacuumConfig
 from ._config import BatchConfig, OxiaConfig, S3Config
 from ._settings import Section, env_example
@@ -36,6 +37,7 @@ SECTIONS = (
              "in us-east-1. Request cost is per process (sum it across brokers and compactors); object "
              "count, stored bytes and monthly storage cost describe the shared prefix (take the max).",
     ),
+    Section("Defaults of new topics (the topic catalogue)", TopicDefaults),
     Section("Broker-side batching (BatchingProducer)", BatchConfig),
     Section(
         "HTTP broker and its tail cache", BrokerConfig,

@@ -9,6 +9,8 @@ through ``retriable`` whether trying the same call again can help::
     ├── InvalidRequest                 bad caller input: topic, partition, payloads (not retriable)
     │   └── InvalidField               (_protocol/http_json.py) an HTTP request field is wrong: 400, names the field
     │       └── TooLarge               (_protocol/http_json.py) over a size limit of the broker: 413
+    ├── UnknownTopic                   the topic is not in the catalogue, or the partition not below its count
+    ├── TopicAlreadyExists             a create named an existing topic (or one still being deleted)
     ├── PartitionNotInitialized        the partition has no meta/control record
     ├── OffsetOutOfRange               offset below the log start or at/after the high watermark
     ├── PartitionFenced                the partition's log_state is FENCED; appends are refused
@@ -120,6 +122,15 @@ class ConfigError(LlogError):
 
 class InvalidRequest(LlogError):
     """The caller passed an invalid topic, partition, payload or argument."""
+
+
+class UnknownTopic(LlogError):
+    """The topic is not in the catalogue (never created, deleted, or auto-creation is off),
+    or the partition is not below its partition count."""
+
+
+class TopicAlreadyExists(LlogError):
+    """A create named a topic that exists (or whose deletion is still running)."""
 
 
 class PartitionNotInitialized(LlogError):

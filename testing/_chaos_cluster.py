@@ -218,7 +218,10 @@ class ChaosCluster:
         self._broker_env = {**BROKER_ENV, **(broker_env or {})}
         self._compactor_env = {**COMPACTOR_ENV, **(compactor_env or {})}
         self._spawner = _Spawner()
-        self._stack = LocalStack(self.data_dir / "stack", oxia_mode=oxia_mode)
+        # Three shards on the 3-node cluster spread leadership, so a node that
+        # leads a shard other than the bootstrap server (0) is usually there to lose.
+        self._stack = LocalStack(self.data_dir / "stack", oxia_mode=oxia_mode,
+                                 oxia_shards=3 if oxia_mode == "cluster" else 1)
         self.env: dict[str, str] = {}
         self.brokers: list[ServiceProcess] = []
         self.compactors: list[ServiceProcess] = []
@@ -362,18 +365,22 @@ class ChaosCluster:
 
         self._s3.wait_healthy(serving, timeout_s=timeout_s, what="serving its bucket")
 
-    def oxia_node_victim(self, rng: random.Random) -> int:
-        """The Oxia server to lose: the shard leader unless clients bootstrap from it (server 0), else 1 or 2.
+    def oxia_node_victim(self, rng: random.Random) -> tuple[int, tuple[int, ...]]:
+        """The Oxia server to lose and the shards it leads: a leader of some
+        shard other than server 0 when there is one, else server 1 or 2.
 
         Clients know one service address (server 0); losing it would test a
         missing load balancer in front of Oxia, not the log.
         """
+        led: dict[int, list[int]] = {}
         try:
-            leader = self._stack.oxia_shard_leaders().get(0)
-            index = self._stack.oxia_cluster.server_index(leader) if leader else 0
+            for shard, leader in sorted(self._stack.oxia_shard_leaders().items()):
+                led.setdefault(self._stack.oxia_cluster.server_index(leader), []).append(shard)
         except Exception:  # no leader known right now  # noqa: BLE001
-            index = 0
-        return index if index > 0 else rng.randrange(1, self._stack.oxia_servers)
+            led = {}
+        leaders = sorted(i for i in led if i > 0)
+        index = rng.choice(leaders) if leaders else rng.randrange(1, self._stack.oxia_servers)
+        return index, tuple(led.get(index, ()))
 
     def kill_oxia_node(self, index: int) -> None:
         """SIGKILL one server of the Oxia cluster (its data and WAL stay on disk)."""

@@ -150,9 +150,12 @@ class Nemesis(threading.Thread):
         elif kind == "s3":
             self._fault("s3", "s3", c.kill_s3, c.start_s3, down_s)
         else:
-            i = c.oxia_node_victim(self._rng)
-            self._fault("oxia-node", f"oxia-server-{i}", lambda: c.kill_oxia_node(i),
-                        lambda: c.start_oxia_node(i), down_s)
+            i, shards = c.oxia_node_victim(self._rng)
+            if shards:
+                self.kills["oxia-node-leader"] += 1
+            self._note(f"oxia-server-{i} leads {'shard ' + ','.join(map(str, shards)) if shards else 'no shard'}")
+            self._fault("oxia-node", f"oxia-server-{i}", lambda: c.kill_oxia_node(i), lambda: c.start_oxia_node(i),
+                        down_s)
 
     def _pause(self, name: str) -> None:
         """SIGSTOP ``name``, wait, SIGCONT it, even if the run stops meanwhile."""

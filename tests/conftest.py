@@ -70,10 +70,15 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackSettings]:
         yield local.settings
 
 
+TEST_TOPICS_ENV = {"LLOG_TOPIC_DEFAULT_PARTITIONS": "64"}
+
+
 @pytest.fixture
 def llog_env(stack: StackSettings) -> dict[str, str]:
-    """``LLOG_*`` variables for the session stack under a fresh root prefix."""
-    return stack.env(root_prefix=new_root_prefix())
+    """``LLOG_*`` variables for the session stack under a fresh root prefix. Topics a test's
+    brokers auto-create get 64 partitions (tests pick partitions freely; the catalogue's
+    own tests set their counts)."""
+    return {**stack.env(root_prefix=new_root_prefix()), **TEST_TOPICS_ENV}
 
 
 @pytest.fixture

@@ -53,8 +53,11 @@ from server._protocol.produce_binary import encode_binary_produce, parse_binary_
 from server._protocol.http_json import ConsumedPartition  # noqa: E402
 from server._protocol.consume_binary import encode_binary_consume, parse_binary_consume  # noqa: E402
 from server._protocol.record_spans import spans_of  # noqa: E402
+from server._protocol import kafka_batch as kb  # noqa: E402
 from server._errors import PartitionNotInitialized  # noqa: E402
-from server._protocol.keys import LogLayout  # noqa: E402
+from server._protocol.keys import TOPICS_PARTITION_KEY, LogLayout  # noqa: E402
+from server._catalogue.record import TopicRecord  # noqa: E402
+from server._catalogue.topic_config import TopicConfig  # noqa: E402
 from server._protocol.records import (  # noqa: E402
     CompactionCursor,
     CompactionRecord,
@@ -80,12 +83,26 @@ COMPACTED_BLOB_ID = "5d4c3b2a-1908-4f7e-b6d5-c4b3a2918070"
 APPEND_ID = "9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d"
 COMPACTION_ID = "c0ffee00-1234-4abc-8def-0123456789ab"
 COMPACTOR_ID = "compactor-1"
+TOPIC_ID = "7e57a11d-0c0f-4e1a-9b2c-3d4e5f607182"
 
 BATCH_PAYLOADS: tuple[bytes, ...] = (b"alpha", b"", b"\x00\x01\xff")
 SHARED_GROUPS: tuple[tuple[str, int, tuple[bytes, ...]], ...] = (
     (TOPIC, 0, (b"a", b"b")),
     (TOPIC, 1, (b"c",)),
 )
+
+# kafka-batch-v2 (SPEC 6.3): a key with headers (one with a null value), a
+# tombstone (null value), a null key with a non-ASCII header key and an
+# earlier timestamp than the first record.
+KAFKA_RECORDS: tuple[kb.Record, ...] = (
+    kb.Record(b"order-1", b"customer-42", (("source", b"web"), ("trace", None)), CREATED_AT_MS),
+    kb.Record(None, b"customer-42", (), CREATED_AT_MS + 5),
+    kb.Record(b"\x00\x01\xff", None, (("\u00e9t\u00e9", b""),), CREATED_AT_MS - 10),
+)
+KAFKA_FILE = "kafka-batch-v2-none.bin"
+KAFKA_COMPRESSED = {c: f"kafka-batch-v2-{c.name.lower()}.bin" for c in kb.Compression if c is not kb.Compression.NONE}
+"""Compressed vectors are *read* vectors: written once, then checked by decoding (a compressor's
+output may change between library versions; what a reader must accept may not)."""
 
 BATCH_FILE = "batch-3-records.bin"
 SHARED_FILE = "shared-2-partitions.bin"
@@ -251,14 +268,75 @@ def build_files() -> dict[str, bytes]:
     for name, (key, raw, ephemeral) in values.items():
         files[f"{OXIA_DIR}/{name}"] = raw
         keys_doc[name] = {"key": key, "partition_key": f"{TOPIC}:0", "ephemeral": ephemeral}
+    topic = TopicRecord(TOPIC, TOPIC_ID, 12, CREATED_AT_MS, TopicConfig(retention_ms=604_800_000))
+    files[f"{OXIA_DIR}/topic-orders.json"] = topic.encode()
+    keys_doc["topic-orders.json"] = {"key": LogLayout(ROOT).topic_record(TOPIC), "partition_key": TOPICS_PARTITION_KEY,
+                                     "ephemeral": False}
     files[f"{OXIA_DIR}/keys.json"] = _pretty(keys_doc)
     body = encode_binary_produce(PRODUCE_GROUPS)
     files[PRODUCE_FILE] = body
     files["produce-body-2-batches.json"] = _pretty(_produce_description(body))
+    kafka = kb.build_batch(KAFKA_RECORDS)
+    files[KAFKA_FILE] = kafka
+    files["kafka-batch-v2-none.json"] = _pretty(_kafka_description(kafka))
+    for codec, name in KAFKA_COMPRESSED.items():
+        files[name] = kb.build_batch(KAFKA_RECORDS, compression=codec)
     answer = b"".join(encode_binary_consume(*_consume_answer()))
     files[CONSUME_FILE] = answer
     files["consume-answer-2-partitions.json"] = _pretty(_consume_description(answer))
     return files
+
+
+def _kafka_records(data: bytes) -> list[dict[str, Any]]:
+    _, records = kb.decode_records(data)
+    return [
+        {
+            "offset_delta": r.offset_delta,
+            "timestamp_ms": r.timestamp_ms,
+            "key_base64": None if r.key is None else _b64(r.key),
+            "value_base64": None if r.value is None else _b64(r.value),
+            "headers": [[k, None if v is None else _b64(v)] for k, v in r.headers],
+        }
+        for r in records
+    ]
+
+
+def _kafka_description(batch: bytes) -> dict[str, Any]:
+    h = kb.check_batch(batch)
+    return {
+        "file": KAFKA_FILE,
+        "encoding": kb.ENCODING,
+        "total_length": len(batch),
+        "header": {
+            "base_offset": h.base_offset, "batch_length": h.batch_length,
+            "partition_leader_epoch": h.partition_leader_epoch, "magic": h.magic, "crc32c": f"0x{h.crc:08x}",
+            "attributes": h.attributes, "last_offset_delta": h.last_offset_delta,
+            "base_timestamp": h.base_timestamp, "max_timestamp": h.max_timestamp, "producer_id": h.producer_id,
+            "producer_epoch": h.producer_epoch, "base_sequence": h.base_sequence, "records_count": h.records_count,
+        },
+        "records": _kafka_records(batch),
+        "same_records_compressed": sorted(KAFKA_COMPRESSED.values()),
+    }
+
+
+def _kafka_walkthrough(batch: bytes) -> str:
+    h = kb.check_batch(batch)
+    fields = [
+        (0, 8, "baseOffset", str(h.base_offset)), (8, 4, "batchLength", f"{h.batch_length} (total - 12)"),
+        (12, 4, "partitionLeaderEpoch", str(h.partition_leader_epoch)), (16, 1, "magic", str(h.magic)),
+        (17, 4, "crc (CRC-32C of [21, end))", f"0x{h.crc:08x}"), (21, 2, "attributes", str(h.attributes)),
+        (23, 4, "lastOffsetDelta", str(h.last_offset_delta)), (27, 8, "baseTimestamp", str(h.base_timestamp)),
+        (35, 8, "maxTimestamp", str(h.max_timestamp)), (43, 8, "producerId", str(h.producer_id)),
+        (51, 2, "producerEpoch", str(h.producer_epoch)), (53, 4, "baseSequence", str(h.base_sequence)),
+        (57, 4, "recordsCount", str(h.records_count)),
+    ]
+    lines = ["| offset | size | field | bytes (hex) | value |", "|---|---|---|---|---|"]
+    for off, size, field, value in fields:
+        hexed = " ".join(f"{b:02x}" for b in batch[off:off + size])
+        lines.append(f"| {off} | {size} | {field} | `{hexed}` | `{value}` |")
+    lines.append("")
+    lines.append(f"Records: bytes [61, {len(batch)}), {len(batch) - kb.HEADER_SIZE} bytes; total {len(batch)}.")
+    return "\n".join(lines)
 
 
 # The broker's binary /produce body (server/_protocol/produce_binary.py): not stored,
@@ -416,6 +494,8 @@ def build_spec_blocks(files: dict[str, bytes] | None = None) -> dict[str, str]:
         "shared-layout": shared_text,
         f"hexdump {SHARED_FILE}": _fenced(hexdump(blob)),
         "oxia-values": _fenced("\n".join(oxia_lines)),
+        "kafka-walkthrough": _kafka_walkthrough(files[KAFKA_FILE]),
+        f"hexdump {KAFKA_FILE}": _fenced(hexdump(files[KAFKA_FILE])),
     }
 
 
@@ -456,6 +536,8 @@ def check(examples_dir: Path = EXAMPLES_DIR, spec_path: Path = SPEC_PATH) -> lis
         path = examples_dir / rel
         if not path.is_file():
             problems.append(f"{rel}: missing")
+        elif rel in KAFKA_COMPRESSED.values():
+            problems.extend(_check_read_vector(rel, path.read_bytes()))
         elif path.read_bytes() != expected:
             problems.append(f"{rel}: differs from the generated bytes")
     for rel in sorted(_on_disk(examples_dir) - set(files)):
@@ -471,14 +553,27 @@ def check(examples_dir: Path = EXAMPLES_DIR, spec_path: Path = SPEC_PATH) -> lis
     return problems
 
 
+def _check_read_vector(rel: str, data: bytes) -> list[str]:
+    """A compressed vector must decode (CRC, header, records) to exactly ``KAFKA_RECORDS``."""
+    codec = next(c for c, name in KAFKA_COMPRESSED.items() if name == rel)
+    try:
+        h = kb.check_batch(data)
+        same = _kafka_records(data) == _kafka_records(kb.build_batch(KAFKA_RECORDS))
+    except Exception as exc:  # noqa: BLE001 - any failure is a finding
+        return [f"{rel}: does not decode: {exc}"]
+    if h.compression is not codec or not same:
+        return [f"{rel}: decodes to other records or another compression than {codec.name.lower()}"]
+    return []
+
+
 def write(examples_dir: Path = EXAMPLES_DIR, spec_path: Path = SPEC_PATH) -> list[str]:
     """Rewrite the golden files and SPEC blocks; return what changed."""
     files = build_files()
     changed = []
     for rel, data in files.items():
         path = examples_dir / rel
-        if path.is_file() and path.read_bytes() == data:
-            continue
+        if path.is_file() and (path.read_bytes() == data or rel in KAFKA_COMPRESSED.values()):
+            continue  # a read vector, once written, stays
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
         changed.append(rel)

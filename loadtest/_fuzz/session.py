@@ -15,6 +15,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from server.client import ensure_topic, parse_broker_list
 from . import wire
 from .checks import ProcessWatch
 from .ledger import Ledger
@@ -94,6 +95,7 @@ def run_fuzz(targets: dict[str, Target], options: Options, log: TextIO = sys.std
     broker = targets["broker"]
     max_bytes, max_records = _limits(broker)
     topic = f"fuzz-{options.seed}-{options.nonce}"
+    ensure_topic(parse_broker_list(f"http://{broker.host}:{broker.port}"), topic, options.partitions)
     ctx = Ctx(options.nonce, topic, options.partitions, max_bytes, max_records)
     check_binary_encoding(random.Random(options.seed), Ctx(options.nonce, topic, options.partitions, max_bytes, max_records))
     ledger = Ledger(marker_re(options.nonce), max_records=max_records, max_request_bytes=max_bytes)

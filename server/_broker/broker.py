@@ -29,31 +29,30 @@ answer), wait for the requests in flight, then close the cache and the reader.
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
-import re
 import threading
 import time
 import uuid
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from .._config import BatchConfig, OxiaConfig, S3Config
-from .._errors import BackPressureRejected, ConfigError, InvalidRequest, LlogError, ProducerClosed
+from .._errors import BackPressureRejected, ConfigError, ProducerClosed
 from .._http_server import PROMETHEUS, Response, error_response
 from .._log.producer import BatchingProducer
 from .._log.reader import LeaderlessLogReader
 from .._log.writer import LeaderlessLogWriter
-from .._protocol.keys import TopicPartition
+from .._catalogue.catalogue import TopicCatalogue
+from .._catalogue.topic_config import TopicDefaults
+from .._protocol.keys import LogLayout, TopicPartition
 from .._protocol.structs import AppendResult, SharedAppendGroup
 from .._storage.billing import S3Billing, S3Prices
 from .._storage.stores import Stores
 from .._metrics import PRESENT_AT_START, LlogMetrics
 from .._runtime import REAL_RUNTIME, Runtime
 from .._protocol.http_json import (
-    InvalidField,
     TooLarge,
     append_result_json,
     consumed_partition_json,
@@ -63,14 +62,14 @@ from .._protocol.http_json import (
 from .._protocol.outcomes import (
     APPEND_FAILED,
     BACK_PRESSURE_REJECTED,
-    INVALID_REQUEST,
+    NOT_FOUND,
     OUTCOME_UNKNOWN,
     PRODUCER_CLOSED,
-    REQUEST_TOO_LARGE,
     ROLE_NOT_SERVED,
-    outcome_of_error,
 )
 from .._protocol.produce_binary import parse_produce_body
+from .answers import answers_errors
+from .topics import BrokerTopics
 from .config import BrokerConfig
 from .consume import BrokerConsumeService
 from .._protocol.consume_binary import CONSUME_BINARY_CONTENT_TYPE, accepts_binary_consume, encode_binary_consume
@@ -82,41 +81,6 @@ __all__ = ["Broker", "make_tail_cache"]
 log = logging.getLogger(__name__)
 
 
-_Route = Callable[..., Response]
-_INDEX = re.compile(r"\[\d+\]")
-
-
-def _answers_errors(route: _Route) -> _Route:
-    """A route method answers every error it expects with a Response: 400 a
-    malformed request (naming the field), 413 one over a limit, a log error as
-    its row of ``_protocol/outcomes.py`` says (503 or 500 by whether a retry can
-    help when the row has no status). Only a bug escapes (the HTTP handler
-    answers it 500)."""
-
-    @functools.wraps(route)
-    def answer(self: Broker, body: bytes, *args: Any) -> Response:
-        try:
-            return route(self, body, *args)
-        except TooLarge as exc:
-            self.metrics.inc("http_validation_failures_total", path=f"/{route.__name__}", field=_field_label(exc.field))
-            return error_response(REQUEST_TOO_LARGE, exc.message, exc.field)
-        except InvalidField as exc:
-            self.metrics.inc("http_validation_failures_total", path=f"/{route.__name__}", field=_field_label(exc.field))
-            return error_response(INVALID_REQUEST, exc.message, exc.field)
-        except InvalidRequest as exc:
-            self.metrics.inc("http_validation_failures_total", path=f"/{route.__name__}", field="body")
-            return error_response(INVALID_REQUEST, str(exc))
-        except LlogError as exc:
-            log.warning("%s failed: %s", route.__name__, exc)
-            return error_response(outcome_of_error(exc), str(exc), retriable=exc.retriable)
-
-    return answer
-
-
-def _field_label(field: str | None) -> str:
-    """A request field as a metric label: indices dropped (``records[]``), so
-    the label takes a bounded set of values; ``body`` for the body as a whole."""
-    return _INDEX.sub("[]", field) if field else "body"
 
 
 class Broker:
@@ -149,11 +113,14 @@ class Broker:
         metrics: LlogMetrics,
         stores: Stores | None = None,
         billing: S3Billing | None = None,
+        topics: BrokerTopics | None = None,
     ) -> None:
         """``stores``: the Stores the parts share, if the broker is to close
         it after them (``from_env`` opens one). ``billing``: the S3 billing
         estimate shown under ``s3.billing`` (request costs from ``metrics``
-        when not given)."""
+        when not given). ``topics``: the topic catalogue produce and consume
+        check and ``/topics`` serves (``from_env`` builds one); without it any
+        topic-partition is accepted and ``/topics`` answers 404."""
         _check_parts(config, producer, reader)
         self.config = config
         self.producer = producer
@@ -171,10 +138,12 @@ class Broker:
         self._closed = False
         self._stores = stores
         self.billing = billing or S3Billing(metrics, None)
+        self.topics = topics
         self.consume_service: BrokerConsumeService | None = None
         if reader is not None:
             self.consume_service = BrokerConsumeService(
                 reader, cache, cache.signals, metrics=metrics, local_writes_pending=self._writes_pending,
+                check=None if topics is None else topics.check_consume,
             )
         self._report_info()
 
@@ -214,8 +183,13 @@ class Broker:
                 reader = LeaderlessLogReader(oxia, s3, metrics=metrics, stores=stores, runtime=runtime)
                 built.append(reader)
             billing = S3Billing.for_stores(metrics, stores.objects, s3.bucket, oxia.root_prefix, S3Prices.from_env(env))
+            init = producer.ensure_initialized if producer is not None else None
+            catalogue = TopicCatalogue(stores.meta, LogLayout(oxia.root_prefix), defaults=TopicDefaults.from_env(env),
+                                       initialize=None if init is None else (lambda tp: init(tp.topic, tp.partition)),
+                                       runtime=runtime)
             return cls(
                 config, producer=producer, reader=reader, cache=cache, metrics=metrics, stores=stores, billing=billing,
+                topics=BrokerTopics(catalogue, cache_ms=config.topic_cache_ms),
             )
         except BaseException:
             for part in reversed(built):
@@ -287,7 +261,7 @@ class Broker:
             self._stores.close()
 
     # -- routes ------------------------------------------------------------------------
-    @_answers_errors
+    @answers_errors
     def health(self, body: bytes) -> Response:
         return Response(200, {
             "status": "ok",
@@ -297,7 +271,7 @@ class Broker:
             "started_at_ms": self.started_at_ms,
         })
 
-    @_answers_errors
+    @answers_errors
     def metrics_json(self, body: bytes) -> Response:
         self._refresh_gauges()
         snap = self.metrics.snapshot()
@@ -312,7 +286,7 @@ class Broker:
         snap["s3"] = {"billing": self.billing.publish()}
         return Response(200, snap)
 
-    @_answers_errors
+    @answers_errors
     def metrics_prometheus(self, body: bytes) -> Response:
         self._refresh_gauges()
         self.billing.publish()
@@ -323,7 +297,7 @@ class Broker:
         with self._inflight_cond:
             self.metrics.set_gauge("http_inflight_requests", self._inflight)
 
-    @_answers_errors
+    @answers_errors
     def produce(self, body: bytes, content_type: str | None = None) -> Response:
         """A JSON body, or the binary one by its ``Content-Type`` (``binary.py``)."""
         if self.producer is None:
@@ -338,6 +312,8 @@ class Broker:
                 "topic_partitions",
             )
         groups = request.groups
+        if self.topics is not None:
+            self.topics.check_produce(g.tp for g in groups)
         if not groups:  # a flush-only request (the parser allows none only with flush)
             self.producer.request_flush()
             return Response(200, {"results": [], "success_count": 0, "error_count": 0})
@@ -444,7 +420,7 @@ class Broker:
                 self.metrics.inc("produce_failed_batches_total", error=type(r.error).__name__)
         return Response(status, body, headers=headers)
 
-    @_answers_errors
+    @answers_errors
     def consume(self, body: bytes, accept: str | None = None) -> Response:
         """The answer is JSON, or the binary layout of ``consume_binary.py``
         when ``accept`` (the request's Accept header) asks for it."""
@@ -469,6 +445,18 @@ class Broker:
             "payload_bytes": result.payload_bytes,
             "waited_ms": result.waited_ms,
         })
+
+    @answers_errors
+    def topics_route(self, body: bytes, method: str, name: str | None) -> Response:
+        """``/topics`` (GET lists, POST creates) and ``/topics/{name}`` (GET, PATCH, DELETE)."""
+        t = self.topics
+        if t is None:
+            return error_response(NOT_FOUND, "this broker has no topic catalogue")
+        if name is None:
+            return t.list_route() if method == "GET" else t.create_route(body)
+        if method == "GET":
+            return t.get_route(name)
+        return t.patch_route(name, body) if method == "PATCH" else t.delete_route(name)
 
     def _role_refused(self, what: str, needed: str) -> Response:
         return error_response(

@@ -33,6 +33,8 @@ from .broker import Broker
 from .config import BrokerConfig
 from .http import BrokerHTTPServer
 
+from .._catalogue.topic_config import TopicDefaults
+
 __all__ = ["main", "parse_args", "serve", "FLAGS", "ENVIRONMENT"]
 
 log = logging.getLogger(__name__)
@@ -40,7 +42,7 @@ log = logging.getLogger(__name__)
 
 FLAGS = Flags(BrokerConfig)
 """The flags: one per :class:`BrokerConfig` setting (``--role``, ``--port`` ...)."""
-ENVIRONMENT = (OxiaConfig, S3Config, S3Prices, BatchConfig)
+ENVIRONMENT = (OxiaConfig, S3Config, S3Prices, BatchConfig, TopicDefaults)
 """The other configs the broker reads from the environment (``Broker.from_env``)."""
 
 

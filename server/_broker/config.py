@@ -61,6 +61,11 @@ class BrokerConfig:
         "one (a body that stalls is answered 408 first).",
         env="LLOG_BROKER_HTTP_READ_TIMEOUT_MS", default=DEFAULT_HTTP_READ_TIMEOUT_MS, min=1,
     )
+    topic_cache_ms: int = setting(
+        "How long a topic's catalogue record is trusted before produce or consume reads it again (a "
+        "topic or partition it has not seen is read at once; another broker's delete is seen within this).",
+        env="LLOG_BROKER_TOPIC_CACHE_MS", default=1_000, min=0, max=60_000,
+    )
     tail_cache_dir: str | None = setting(
         "Directory shared by writer and reader broker processes for a file-backed tail cache (unset: an "
         "in-process cache, when one broker runs both roles).",

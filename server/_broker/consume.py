@@ -107,8 +107,12 @@ class BrokerConsumeService:
         metrics: LlogMetrics | None = None,
         storage_threads: int = 8,
         local_writes_pending: Callable[[TopicPartition], bool] | None = None,
+        check: Callable[[TopicPartition], None] | None = None,
     ) -> None:
+        """``check(tp)`` raises when a partition may not be read (an unknown topic):
+        that error is the partition's answer."""
         self.reader = reader
+        self._check = check
         self._local_pending = local_writes_pending or (lambda tp: False)
         self.signals = signals or TailSignals()
         self.cache: TailCache = cache or NullTailCache(self.signals)
@@ -176,12 +180,17 @@ class BrokerConsumeService:
             self.metrics.observe("consume_long_poll_wait_seconds", waited_s)
         return self._result(fetches, started, waited_s)
 
-    @staticmethod
-    def _fetches(request: ConsumeRequest) -> list[Fetch]:
-        """One fetch per requested partition; an offset below the log start is
-        its answer already (OFFSET_OUT_OF_RANGE)."""
+    def _fetches(self, request: ConsumeRequest) -> list[Fetch]:
+        """One fetch per requested partition; an unknown topic or an offset below
+        the log start is its answer already (UNKNOWN_TOPIC_OR_PARTITION, OFFSET_OUT_OF_RANGE)."""
         fetches = [Fetch(p, TopicPartition(p.topic, p.partition), p.fetch_offset) for p in request.partitions]
         for f in fetches:
+            if self._check is not None:
+                try:
+                    self._check(f.tp)
+                except LlogError as exc:
+                    f.error = exc
+                    continue
             if f.req.fetch_offset < LOG_START_OFFSET:
                 f.error = OffsetOutOfRange(
                     f"fetch_offset {f.req.fetch_offset} is below the log start offset {LOG_START_OFFSET}",

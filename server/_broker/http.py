@@ -38,13 +38,26 @@ __all__ = ["Response", "BrokerHTTPServer", "ROUTES", "JSON", "PROMETHEUS", "erro
 
 log = logging.getLogger(__name__)
 
+TOPIC_PATH = "/topics/{name}"
 ROUTES: dict[str, dict[str, str]] = {
     "/health": {"GET": "health"},
     "/metrics": {"GET": "metrics_json"},
     "/metrics/prometheus": {"GET": "metrics_prometheus"},
     "/produce": {"POST": "produce"},
     "/consume": {"POST": "consume"},
+    "/topics": {"GET": "topics", "POST": "topics"},
+    TOPIC_PATH: {"GET": "topics", "PATCH": "topics", "DELETE": "topics"},
 }
+"""Path (``{name}``: one path segment) -> method -> the broker's route."""
+
+
+def _match(path: str) -> tuple[str | None, str | None]:
+    """The ROUTES key ``path`` falls under and the topic name it carries."""
+    if path in ROUTES:
+        return path, None
+    if path.startswith("/topics/") and "/" not in path[len("/topics/"):] and len(path) > len("/topics/"):
+        return TOPIC_PATH, path[len("/topics/"):]
+    return None, None
 
 
 class _Handler(JSONRequestHandler):
@@ -66,7 +79,7 @@ class _Handler(JSONRequestHandler):
         broker.enter()
         try:
             resp = self._route(broker, path, method)
-            label = path if path in ROUTES else "other"
+            label = _match(path)[0] or "other"
             broker.metrics.inc("http_requests_total", path=label, method=self.method_label(method), status=resp.status)
             broker.metrics.observe("http_request_seconds", time.monotonic() - started, path=label)
             self.send_answer(resp)
@@ -74,7 +87,8 @@ class _Handler(JSONRequestHandler):
             broker.leave()
 
     def _route(self, broker: Broker, path: str, method: str) -> Response:
-        route = ROUTES.get(path)
+        key, topic = _match(path)
+        route = None if key is None else ROUTES[key]
         if route is None:
             return error_response(NOT_FOUND, f"no such path: {path}")
         name = route.get(method)
@@ -83,7 +97,9 @@ class _Handler(JSONRequestHandler):
         if broker.draining:
             return error_response(SHUTTING_DOWN, "the broker is shutting down", close=True)
         try:
-            body = self._read_body() if method == "POST" else b""
+            body = self._read_body() if method in ("POST", "PATCH") else b""
+            if name == "topics":
+                return broker.topics_route(body, method, topic)
             if name == "produce":  # two body formats, by Content-Type
                 return broker.produce(body, self.headers.get("Content-Type"))
             if name == "consume":  # two answer formats, by Accept

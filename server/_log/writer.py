@@ -51,7 +51,6 @@ from .._errors import (
 )
 from .._protocol.keys import LogLayout, PartitionKeys, TopicPartition
 from .._protocol.records import (
-    CompactionCursor,
     ControlRecord,
     EntryType,
     LogState,
@@ -61,11 +60,12 @@ from .._protocol.structs import AppendResult, SharedAppendGroup, validate_groups
 from .._protocol.constants import REFERENCE_DEADLINE_MS, check_reference_deadline
 from .._retry import Backoff
 from .._runtime import REAL_RUNTIME, Runtime
-from .._storage.metastore import EXPECT_ABSENT, MetadataStore
+from .._storage.metastore import MetadataStore
 from .._storage.objectstore import ObjectStore
 from .._storage.stores import Closeable, Stores, use_stores
 from .._metrics import LlogMetrics
 from . import recovery
+from .initialize import initialize_log
 from .index import covering_entry
 from .own import OwnPendings
 from .staging import StagedBlob, build_staged
@@ -137,23 +137,8 @@ class LeaderlessLogWriter(Closeable):
         the control record. The cursor goes first so that whoever sees the
         control record (the discovery anchor) also finds the cursor."""
         keys = self.layout.partition(topic, partition)
-        try:
-            self._meta.put(
-                keys.compaction_cursor,
-                CompactionCursor(1).encode(),
-                keys.partition_key,
-                expected_version=EXPECT_ABSENT,
-            )
-        except VersionConflict:
-            pass
-        try:
-            version = self._meta.put(
-                keys.control,
-                ControlRecord(LogState.OPEN, 1, None).encode(),
-                keys.partition_key,
-                expected_version=EXPECT_ABSENT,
-            )
-        except VersionConflict:
+        version = initialize_log(self._meta, keys)
+        if version is None:
             return False
         with self._cache_lock:
             self._control_cache[keys.tp] = (ControlRecord(LogState.OPEN, 1, None), version)

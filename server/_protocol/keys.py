@@ -35,6 +35,8 @@ from functools import cached_property
 from .._errors import ConfigError, InvalidRequest
 
 __all__ = [
+    "RESERVED_SEGMENT",
+    "TOPICS_PARTITION_KEY",
     "OFFSET_DIGITS",
     "TopicPartition",
     "PartitionKeys",
@@ -49,6 +51,10 @@ __all__ = [
 
 OFFSET_DIGITS = 20
 MAX_TOPIC_LENGTH = 249
+RESERVED_SEGMENT = "__llog"
+"""Not a topic name: ``{root}/__llog/`` holds llog's own records (the topic catalogue)."""
+TOPICS_PARTITION_KEY = "__llog/topics"
+"""Every topic record on one shard, so the catalogue lists in one range scan."""
 _TOPIC_RE = re.compile(r"[A-Za-z0-9._-]{1,249}")
 _SEGMENT_RE = re.compile(r"[A-Za-z0-9._-]+")
 # Oxia keeps its own records under __oxia/; a root there would collide.
@@ -59,10 +65,10 @@ def validate_topic(topic: object) -> str:
     """Return ``topic`` if it is a valid topic name, else raise InvalidRequest."""
     if not isinstance(topic, str):
         raise InvalidRequest(f"topic must be a string, got {type(topic).__name__}")
-    if not _TOPIC_RE.fullmatch(topic) or topic in (".", ".."):
+    if not _TOPIC_RE.fullmatch(topic) or topic in (".", "..", RESERVED_SEGMENT):
         raise InvalidRequest(
             f"invalid topic {topic!r}: use 1-{MAX_TOPIC_LENGTH} characters of "
-            "A-Z a-z 0-9 . _ - (not '.' or '..')"
+            f"A-Z a-z 0-9 . _ - (not '.', '..' or {RESERVED_SEGMENT!r})"
         )
     return topic
 
@@ -224,6 +230,24 @@ class LogLayout:
 
     def keys(self, tp: TopicPartition) -> PartitionKeys:
         return PartitionKeys(self.root, tp)
+
+    @property
+    def topics_prefix(self) -> str:
+        """Every topic record (SPEC 4.8) is this plus the topic's name."""
+        return f"{self.root}/{RESERVED_SEGMENT}/topics/"
+
+    def topic_record(self, name: str) -> str:
+        return self.topics_prefix + validate_topic(name)
+
+    def parse_topic_key(self, key: str) -> str | None:
+        """The topic a catalogue key names, or None for any other key."""
+        if not key.startswith(self.topics_prefix):
+            return None
+        name = key[len(self.topics_prefix):]
+        try:
+            return validate_topic(name)
+        except InvalidRequest:
+            return None
 
     def shared_wal_object(self, blob_id: str) -> str:
         return f"{self.root}/wal-shared/{blob_id}"

@@ -65,6 +65,8 @@ from .._errors import (
     PartitionNotInitialized,
     ProducerClosed,
     StorageError,
+    TopicAlreadyExists,
+    UnknownTopic,
 )
 
 __all__ = [
@@ -89,6 +91,8 @@ __all__ = [
     "CONNECTION_REFUSED",
     "CONNECTION_LOST",
     "PROTOCOL_ERROR",
+    "UNKNOWN_TOPIC",
+    "TOPIC_ALREADY_EXISTS",
     "outcome_of",
     "error_type_of",
     "outcome_of_error",
@@ -193,9 +197,17 @@ HTTP_PROTOCOL_ERROR = Outcome(
     "line over 64 KiB; 431: a header line over 64 KiB, more than 100 header lines, or a header block over "
     "64 KiB in all), or an unsupported version (505); the connection is closed",
 )
+UNKNOWN_TOPIC = _error(
+    UnknownTopic, "the topic is not in the catalogue (never created, deleted, or `LLOG_AUTO_CREATE_TOPICS` is "
+    "off); as a consume partition's error, also a partition not below its topic's count", status=404,
+    error_code="UNKNOWN_TOPIC_OR_PARTITION",
+)
+TOPIC_ALREADY_EXISTS = _error(TopicAlreadyExists, "`POST /topics`: the topic exists, or its deletion is still "
+                              "running", status=409)
 _ITEMS = (
     _error(PartitionNotInitialized, "nothing was ever written to the partition",
            error_code="UNKNOWN_TOPIC_OR_PARTITION"),
+
     _error(OffsetOutOfRange, "consume: `fetch_offset` < 1 (the log start)", error_code="OFFSET_OUT_OF_RANGE"),
     _error(PartitionFenced, "produce: the partition is FENCED; appends are refused"),
     _error(ConcurrencyConflict, "produce: compare-and-set retries ran out on a contended key"),
@@ -219,7 +231,7 @@ PROTOCOL_ERROR = Outcome("ProtocolError", None, False, _U, "client: an answer it
 _ROWS: tuple[Outcome, ...] = (
     INVALID_REQUEST, ROLE_NOT_SERVED, NOT_FOUND, METHOD_NOT_ALLOWED, APPEND_FAILED, REQUEST_TIMEOUT, LENGTH_REQUIRED,
     REQUEST_TOO_LARGE, INTERNAL_ERROR, BACK_PRESSURE_REJECTED, SHUTTING_DOWN, PRODUCER_CLOSED, OUTCOME_UNKNOWN,
-    HTTP_PROTOCOL_ERROR, *_ITEMS, CONNECTION_REFUSED, CONNECTION_LOST, PROTOCOL_ERROR,
+    HTTP_PROTOCOL_ERROR, UNKNOWN_TOPIC, TOPIC_ALREADY_EXISTS, *_ITEMS, CONNECTION_REFUSED, CONNECTION_LOST, PROTOCOL_ERROR,
 )
 OUTCOMES: Mapping[str, Outcome] = MappingProxyType({row.error_type: row for row in _ROWS})
 """Every row, by ``error_type``."""

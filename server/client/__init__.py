@@ -80,6 +80,7 @@ from ._produce_client import ProduceClient, _ConnectFailed, _Failure, _Reply
 from ._produce_errors import BrokerUnreachable, ProduceError, ProduceFailed
 from ._partitioner import murmur2, partition_for_key, to_positive
 from ._task_producer import TaskProducer, _Buffer
+from ._topics import ensure_topic
 
 __all__ = [
     "ProduceError",
@@ -92,6 +93,7 @@ __all__ = [
     "ProduceClient",
     "ProduceStats",
     "TaskProducer",
+    "ensure_topic",
     "rendezvous_order",
     "parse_broker_list",
     "murmur2",

@@ -18,6 +18,7 @@ from ..client import (
     ProducerConfig,
     ProduceStats,
     TaskProducer,
+    ensure_topic,
     parse_broker_list,
 )
 from ._options import _int_opt, _opt, _topic, producer_options
@@ -140,6 +141,11 @@ class LlogWriter(DataSourceArrowWriter):
             raise ConfigError(
                 'option "partitions" (the partition count) is required unless the DataFrame has a partition column'
             )
+
+    def ensure_topic(self) -> None:
+        """On the driver, before any task writes: the topic has the partitions rows go to."""
+        if self.partitions is not None:
+            ensure_topic(self.config.brokers, self.topic, self.partitions)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> LlogCommitMessage:
         from pyspark import TaskContext

@@ -153,4 +153,6 @@ class LlogDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
         if overwrite:
             raise ConfigError('llog is an append-only log: use .mode("append"), not overwrite')
-        return LlogWriter(self.options, schema)
+        writer = LlogWriter(self.options, schema)
+        writer.ensure_topic()
+        return writer

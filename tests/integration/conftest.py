@@ -32,6 +32,7 @@ from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
 from devstack import StackSettings, die_with_parent_argv
+from tests.conftest import TEST_TOPICS_ENV
 
 REPO = Path(__file__).resolve().parents[2]
 OPENAPI_PATH = REPO / "server" / "openapi.yaml"
@@ -61,6 +62,7 @@ class OpenApi:
 
     def schema_pointer(self, method: str, path: str, status: int) -> str | None:
         """JSON pointer of the JSON schema for this answer (None: not JSON)."""
+        path = self.template_of(path)
         op = self.doc["paths"].get(path, {}).get(method.lower())
         if op is None:  # unknown path or method: a plain Error
             return "/components/schemas/Error"
@@ -74,6 +76,19 @@ class OpenApi:
         if "application/json" not in resp.get("content", {}):
             return None
         return f"{where}/content/application~1json/schema"
+
+    def template_of(self, path: str) -> str:
+        """The document's path for a request path: itself, or the template one ``{param}`` segment fills."""
+        if path in self.doc["paths"]:
+            return path
+        segments = path.split("/")
+        for template in self.doc["paths"]:
+            parts = template.split("/")
+            if len(parts) == len(segments) and all(
+                p == s or (p.startswith("{") and p.endswith("}") and s) for p, s in zip(parts, segments)
+            ):
+                return template
+        return path
 
     def validate(self, method: str, path: str, status: int, body: Any) -> None:
         pointer = self.schema_pointer(method, path, status)
@@ -304,7 +319,7 @@ def session_broker(
     def get(role: str = "both", **env: str) -> BrokerProcess:
         key = (role, tuple(sorted(env.items())))
         if key not in brokers:
-            full = {**stack.env(root_prefix=root), "LLOG_BATCH_MAX_DELAY_MS": "20", **env}
+            full = {**stack.env(root_prefix=root), **TEST_TOPICS_ENV, "LLOG_BATCH_MAX_DELAY_MS": "20", **env}
             name = f"session-{len(brokers) + 1}-{role}"
             brokers[key] = BrokerProcess(full, ["--role", role, "--broker-id", name], logs / f"{name}.log", openapi)
         return brokers[key]

@@ -27,6 +27,11 @@ from server.leaderless_log_reader import LeaderlessLogReader
 from server.leaderless_log_writer import BatchingProducer, LeaderlessLogWriter, SharedAppendGroup
 from tests._waiting import wait_until
 
+from server._broker.topics import BrokerTopics
+from server._catalogue.catalogue import TopicCatalogue
+from server._catalogue.topic_config import TopicDefaults
+from server._protocol.keys import LogLayout
+
 OXIA = OxiaConfig("fake:1", root_prefix="llog")
 S3 = S3Config("llog")
 
@@ -58,8 +63,9 @@ class Cluster:
 
     def broker(
         self, role: str = "both", *, batch: BatchConfig | None = None, cache: TailCache | None = None,
-        **config: Any,
+        topics: TopicDefaults | None = None, **config: Any,
     ) -> Broker:
+        """``topics``: defaults of a topic catalogue over the cluster's store (none: any topic goes)."""
         metrics = LlogMetrics()
         cfg = BrokerConfig(role=role, port=0, **config)
         producer = reader = None
@@ -69,7 +75,12 @@ class Cluster:
             reader = LeaderlessLogReader(OXIA, S3, metadata_store=self.meta, object_store=self.objs, metrics=metrics)
         if cache is None:
             cache = MemoryTailCache(1 << 20, metrics=metrics) if role == "both" else NullTailCache()
-        broker = Broker(cfg, producer=producer, reader=reader, cache=cache, metrics=metrics)
+        catalogue = None
+        if topics is not None:
+            init = None if producer is None else (lambda tp: producer.ensure_initialized(tp.topic, tp.partition))
+            catalogue = BrokerTopics(TopicCatalogue(self.meta, LogLayout("llog"), defaults=topics, initialize=init),
+                                     cache_ms=cfg.topic_cache_ms)
+        broker = Broker(cfg, producer=producer, reader=reader, cache=cache, metrics=metrics, topics=catalogue)
         self.brokers.append(broker)
         return broker
 

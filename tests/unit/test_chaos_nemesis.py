@@ -50,7 +50,7 @@ class FakeCluster:
     def start_oxia(self) -> None: self._on("oxia")
     def kill_s3(self) -> None: self._off("s3")
     def start_s3(self) -> None: self._on("s3")
-    def oxia_node_victim(self, rng: random.Random) -> int: return rng.randrange(1, 3)
+    def oxia_node_victim(self, rng: random.Random) -> tuple[int, tuple[int, ...]]: return rng.randrange(1, 3), (0,)
     def kill_oxia_node(self, i: int) -> None: self._off(f"oxia-server-{i}")
     def start_oxia_node(self, i: int) -> None: self._on(f"oxia-server-{i}")
 

@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterator
 import pytest
 
 from server._broker.http import BrokerHTTPServer
+from server._catalogue.topic_config import TopicDefaults
 from server._compaction.http import serve as serve_compactor
 from server._config import BatchConfig
 from server._errors import (
@@ -94,6 +95,7 @@ def test_error_codes_are_the_consume_contract() -> None:
     ancestor's (as the consume section of HTTP_API.md lists them)."""
     expected = {
         "OffsetOutOfRange": "OFFSET_OUT_OF_RANGE", "PartitionNotInitialized": "UNKNOWN_TOPIC_OR_PARTITION",
+        "UnknownTopic": "UNKNOWN_TOPIC_OR_PARTITION",
         "CorruptBatch": "CORRUPT_MESSAGE", "InconsistentReadState": "INCONSISTENT_READ_STATE",
         "StorageError": "STORAGE_ERROR", "MetadataStoreError": "STORAGE_ERROR", "ObjectStoreError": "STORAGE_ERROR",
         "ObjectNotFound": "STORAGE_ERROR", "LeanS3Error": "STORAGE_ERROR", "InvalidRequest": "INVALID_REQUEST",
@@ -251,6 +253,13 @@ def _fenced(cluster: Cluster) -> tuple[int, dict[str, Any]]:
     return _answer(cluster.broker().produce(body(("t", 1, ["b"]))))
 
 
+def _created_twice(cluster: Cluster) -> tuple[int, dict[str, Any]]:
+    broker = cluster.broker(topics=TopicDefaults())
+    create = json.dumps({"name": "orders", "partitions": 2}).encode()
+    assert broker.topics_route(create, "POST", None).status == 201
+    return _answer(broker.topics_route(create, "POST", None))
+
+
 def _failing_health(broker: Any) -> None:
     def health(body: bytes) -> Any:
         raise RuntimeError("a bug")
@@ -274,6 +283,11 @@ SCENARIOS: dict[str, list[Callable[[Cluster], tuple[int, dict[str, Any]]]]] = {
     ],
     "MethodNotAllowed": [lambda c: _over_http(c, b"DELETE /produce HTTP/1.1\r\nHost: x\r\n\r\n")],
     "AppendFailed": [_fenced],
+    "UnknownTopic": [
+        lambda c: _answer(c.broker(topics=TopicDefaults(auto_create=False)).produce(body(("nope", 0, ["a"])))),
+        lambda c: _over_http(c, b"GET /topics/nope HTTP/1.1\r\nHost: x\r\n\r\n", topics=TopicDefaults()),
+    ],
+    "TopicAlreadyExists": [_created_twice],
     "LengthRequired": [lambda c: _over_http(c, b"POST /produce HTTP/1.1\r\nHost: x\r\n\r\n")],
     "RequestTimeout": [  # a body that stops short of its Content-Length
         lambda c: _over_http(c, b"POST /produce HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n{}",

@@ -46,8 +46,10 @@ LAYERS: dict[str, int] = {
     "server._config": 2,
     "server._storage": 3,
     "server._log": 4,
+    "server._catalogue": 4,
     "server._http_server": 5,
     "server._broker": 6,
+    "server._admin": 6,
     "server._compaction": 6,
     "server.client": 6,
     "server.spark": 8,
@@ -57,6 +59,7 @@ FOUNDATIONS = 0
 FACE = 7
 FACES = {
     "server",
+    "server.leaderless_log_admin",
     "server.leaderless_log_broker",
     "server.leaderless_log_common",
     "server.leaderless_log_compactor",

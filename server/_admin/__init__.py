@@ -1,0 +1,1 @@
+"""``llog-admin``: the operator's console script (topics today)."""

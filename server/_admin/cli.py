@@ -1,0 +1,129 @@
+"""``llog-admin topics ...``: create, list, describe, alter and delete topics from a shell.
+
+    llog-admin topics create orders --partitions 12 --config retention.ms=604800000
+    llog-admin topics list
+    llog-admin topics describe orders --json
+    llog-admin topics alter orders --config retention.bytes=1073741824 --partitions 16
+    llog-admin topics delete orders
+
+It talks to Oxia directly (``LLOG_OXIA_*``, ``LLOG_ROOT_PREFIX``), as a broker
+does; new topics take ``LLOG_TOPIC_DEFAULT_*``. Exit status 0 on success, 1
+when the request was refused (the message says why), 2 on a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import textwrap
+from typing import Sequence
+
+from .._catalogue.catalogue import TopicCatalogue
+from .._catalogue.record import TopicRecord
+from .._catalogue.topic_config import KNOWN_KEYS, TopicDefaults
+from .._config import OxiaConfig
+from .._errors import ConfigError, LlogError
+from .._log.initialize import initialize_log
+from .._protocol.keys import LogLayout
+from .._settings import environment_help
+from .._storage.metastore import OxiaMetadataStore
+
+__all__ = ["main", "parse_args", "ENVIRONMENT"]
+
+ENVIRONMENT = (OxiaConfig, TopicDefaults)
+
+
+def _config_pair(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key.strip(), value.strip()
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="llog-admin", description=__doc__.split("\n\n")[0].replace("``", ""),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=textwrap.dedent(__doc__.split("\n\n", 1)[1]) + "\n" + environment_help(ENVIRONMENT),
+    )
+    area = p.add_subparsers(dest="area", required=True, metavar="AREA")
+    topics = area.add_parser("topics", help="the topic catalogue")
+    cmd = topics.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    config_help = f"a topic config KEY=VALUE (repeat it); keys: {', '.join(KNOWN_KEYS)}"
+
+    c = cmd.add_parser("create", help="create a topic and initialize its partitions")
+    c.add_argument("name")
+    c.add_argument("--partitions", type=int, help="partition count (default LLOG_TOPIC_DEFAULT_PARTITIONS)")
+    c.add_argument("--config", type=_config_pair, action="append", default=[], metavar="KEY=VALUE", help=config_help)
+    ls = cmd.add_parser("list", help="every topic, one line each")
+    ls.add_argument("--json", action="store_true", help="print JSON")
+    d = cmd.add_parser("describe", help="one topic, with its config")
+    d.add_argument("name")
+    d.add_argument("--json", action="store_true", help="print JSON")
+    a = cmd.add_parser("alter", help="change config keys and/or grow the partition count")
+    a.add_argument("name")
+    a.add_argument("--config", type=_config_pair, action="append", default=[], metavar="KEY=VALUE", help=config_help)
+    a.add_argument("--partitions", type=int, help="the new, larger partition count")
+    x = cmd.add_parser("delete", help="delete a topic: unknown to produce and consume at once, removed later")
+    x.add_argument("name")
+    return p
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    args = _parser().parse_args(argv)
+    if args.command == "alter" and not args.config and args.partitions is None:
+        _parser().error("alter needs --config KEY=VALUE and/or --partitions N")
+    return args
+
+
+def _line(t: TopicRecord) -> str:
+    config = " ".join(f"{k}={v}" for k, v in t.config.to_kafka().items())
+    return f"{t.name}\tpartitions={t.partitions}\tstate={t.state.value}\ttopic_id={t.topic_id}\t{config}"
+
+
+def run(args: argparse.Namespace, catalogue: TopicCatalogue) -> list[str]:
+    """The lines to print for one command (raises the catalogue's errors)."""
+    if args.command == "create":
+        return [_line(catalogue.create(args.name, args.partitions, dict(args.config) or None))]
+    if args.command == "list":
+        topics = catalogue.list()
+        return [json.dumps([t.to_json() for t in topics], indent=2)] if args.json else [_line(t) for t in topics]
+    if args.command == "describe":
+        t = catalogue.describe(args.name)
+        return [json.dumps(t.to_json(), indent=2)] if args.json else [_line(t)]
+    if args.command == "alter":
+        t = catalogue.alter_config(args.name, dict(args.config)) if args.config else catalogue.describe(args.name)
+        if args.partitions is not None:
+            t = catalogue.add_partitions(args.name, args.partitions)
+        return [_line(t)]
+    t = catalogue.delete(args.name)
+    return [f"{t.name} is being deleted (topic_id {t.topic_id}); produce and consume now answer it as unknown"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        oxia = OxiaConfig.from_env()
+        defaults = TopicDefaults.from_env()
+    except ConfigError as exc:
+        print(f"llog-admin: {exc}", file=sys.stderr)
+        return 2
+    layout = LogLayout(oxia.root_prefix)
+    try:
+        meta = OxiaMetadataStore(oxia)
+        try:
+            catalogue = TopicCatalogue(meta, layout, defaults=defaults,
+                                       initialize=lambda tp: initialize_log(meta, layout.keys(tp)))
+            for line in run(args, catalogue):
+                print(line)
+        finally:
+            meta.close()
+    except LlogError as exc:
+        print(f"llog-admin: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

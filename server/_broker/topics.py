@@ -1,0 +1,207 @@
+"""The topic catalogue as a broker uses it: checks on produce and consume, auto-creation,
+adoption of logs written before the catalogue, and the ``/topics`` routes.
+
+- **Checks.** A produce or consume names topic-partitions; each must be a
+  partition of a live topic. Records are cached for ``LLOG_BROKER_TOPIC_CACHE_MS``
+  (a positive answer only: a miss or a partition past the cached count is read
+  again at once, so a new topic or new partitions are seen at once; a deletion
+  by another broker within the cache time).
+- **Auto-creation** (``LLOG_AUTO_CREATE_TOPICS``, on by default): a produce to an
+  unknown topic creates it with ``LLOG_TOPIC_DEFAULT_PARTITIONS`` partitions, as
+  Kafka does (not as many as the request names: one request must not make a
+  topic of 100,000 partitions). A consume never creates.
+- **Adoption.** A topic whose partitions were written before the catalogue
+  existed (or through the library, which does not use it) has no record: the
+  first produce or consume of it creates one with as many partitions as it
+  has (highest initialized + 1) and ``retention.ms`` -1, so nothing written
+  before retention existed is ever dropped by it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Callable, Iterable, Mapping
+
+from .._catalogue.catalogue import TopicCatalogue
+from .._catalogue.record import TopicRecord
+from .._errors import InvalidRequest, TopicAlreadyExists, UnknownTopic
+from .._http_server import Response
+from .._protocol.http_json import InvalidField, parse_json_body
+from .._protocol.keys import TopicPartition, validate_topic
+from .._storage.metastore import MetadataStore
+
+__all__ = ["BrokerTopics"]
+
+ListPartitions = Callable[[str], Iterable[int]]
+
+
+class BrokerTopics:
+    """See the module docstring. Thread-safe."""
+
+    def __init__(
+        self,
+        catalogue: TopicCatalogue,
+        *,
+        cache_ms: int = 1_000,
+        auto_create: bool | None = None,
+        list_partitions: ListPartitions | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.catalogue = catalogue
+        self.cache_ms = cache_ms
+        self.auto_create = catalogue.defaults.auto_create if auto_create is None else auto_create
+        self._list_partitions = list_partitions or _partitions_in(catalogue._meta, catalogue.layout.root)
+        self._clock = clock
+        self._cache: dict[str, tuple[TopicRecord, float]] = {}
+        self._lock = threading.Lock()
+
+    # -- checks ------------------------------------------------------------------------------------
+    def check_produce(self, tps: Iterable[TopicPartition]) -> None:
+        """Every partition a produce names exists, creating or adopting topics as the module docstring says.
+        Raises UnknownTopic (a topic that does not exist and may not be created) or InvalidField
+        (a partition past its topic's count)."""
+        wanted: dict[str, int] = {}
+        for tp in tps:
+            wanted[tp.topic] = max(wanted.get(tp.topic, 0), tp.partition)
+        for name, highest in wanted.items():
+            topic = self._topic(name, highest, create=self.auto_create)
+            if highest >= topic.partitions:
+                raise InvalidField(
+                    f"topic {name!r} has {topic.partitions} partition{'s' if topic.partitions != 1 else ''} "
+                    f"(0-{topic.partitions - 1}); partition {highest} does not exist (add partitions with "
+                    f"PATCH /topics/{name})", "partition", topic=name, partition=highest,
+                )
+
+    def check_consume(self, tp: TopicPartition) -> None:
+        """UnknownTopic unless ``tp`` is a partition of a live topic (adopting an old one)."""
+        topic = self._topic(tp.topic, tp.partition, create=False)
+        if tp.partition >= topic.partitions:
+            raise UnknownTopic(f"topic {tp.topic!r} has {topic.partitions} partitions, not partition {tp.partition}",
+                               topic=tp.topic, partition=tp.partition)
+
+    def _topic(self, name: str, partition: int, *, create: bool) -> TopicRecord:
+        with self._lock:
+            hit = self._cache.get(name)
+        if hit is not None and self._clock() - hit[1] < self.cache_ms / 1000 and partition < hit[0].partitions:
+            return hit[0]
+        topic = self.catalogue.get(name) or self._adopt(name)
+        if topic is None and create:
+            count = self.catalogue.defaults.partitions
+            if partition >= count:  # refused before anything is written, the topic included
+                raise InvalidField(
+                    f"topic {name!r} does not exist, and auto-creation gives it {count} partition"
+                    f"{'s' if count != 1 else ''} (LLOG_TOPIC_DEFAULT_PARTITIONS): partition {partition} would not "
+                    f"exist; create the topic with POST /topics first", "partition", topic=name, partition=partition)
+            topic = self._create(name, count)
+        if topic is None:
+            raise UnknownTopic(f"unknown topic {name!r}" + ("" if self.auto_create else
+                               " (LLOG_AUTO_CREATE_TOPICS is off: create it with POST /topics)"), topic=name)
+        self._remember(topic)
+        return topic
+
+    def _adopt(self, name: str) -> TopicRecord | None:
+        existing = sorted(self._list_partitions(name))
+        if not existing:
+            return None
+        return self._create(name, existing[-1] + 1, {"retention.ms": -1})
+
+    def _create(self, name: str, count: int, config: Mapping[str, Any] | None = None) -> TopicRecord | None:
+        try:
+            return self.catalogue.create(name, count, config)
+        except TopicAlreadyExists:  # created meanwhile (or being deleted)
+            return self.catalogue.get(name)
+
+    def _remember(self, topic: TopicRecord) -> None:
+        with self._lock:
+            self._cache[topic.name] = (topic, self._clock())
+
+    def _forget(self, name: str) -> None:
+        with self._lock:
+            self._cache.pop(name, None)
+
+    # -- routes ------------------------------------------------------------------------------------
+    def list_route(self) -> Response:
+        return Response(200, {"topics": [t.to_json() for t in self.catalogue.list()]})
+
+    def create_route(self, body: bytes) -> Response:
+        doc = parse_json_body(body)
+        _only(doc, ("name", "partitions", "config"))
+        name = doc.get("name")
+        if not isinstance(name, str):
+            raise InvalidField("name must be a string", "name")
+        _valid_name(name)
+        partitions = doc.get("partitions")
+        if partitions is not None and (isinstance(partitions, bool) or not isinstance(partitions, int)):
+            raise InvalidField(f"partitions must be an integer, got {partitions!r}", "partitions")
+        topic = self.catalogue.create(name, partitions, _config(doc))
+        self._remember(topic)
+        return Response(201, {"topic": topic.to_json()})
+
+    def get_route(self, name: str) -> Response:
+        _valid_name(name)
+        return Response(200, {"topic": self.catalogue.describe(name).to_json()})
+
+    def patch_route(self, name: str, body: bytes) -> Response:
+        _valid_name(name)
+        doc = parse_json_body(body)
+        _only(doc, ("partitions", "config"))
+        if not doc:
+            raise InvalidField("give partitions (a larger count) or config (keys to change)", None)
+        partitions = doc.get("partitions")
+        topic = None
+        if "config" in doc:
+            topic = self.catalogue.alter_config(name, _config(doc))
+        if partitions is not None:
+            if isinstance(partitions, bool) or not isinstance(partitions, int):
+                raise InvalidField(f"partitions must be an integer, got {partitions!r}", "partitions")
+            topic = self.catalogue.add_partitions(name, partitions)
+        topic = topic or self.catalogue.describe(name)
+        self._remember(topic)
+        return Response(200, {"topic": topic.to_json()})
+
+    def delete_route(self, name: str) -> Response:
+        _valid_name(name)
+        topic = self.catalogue.delete(name)
+        self._forget(name)
+        return Response(200, {"topic": topic.to_json()})
+
+
+def _only(doc: Mapping[str, Any], allowed: tuple[str, ...]) -> None:
+    for key in doc:
+        if key not in allowed:
+            raise InvalidField(f"unknown field {key!r}; allowed: {', '.join(allowed)}", key)
+
+
+def _valid_name(name: str) -> None:
+    try:
+        validate_topic(name)
+    except InvalidRequest as exc:
+        raise InvalidField(exc.message, "name") from None
+
+
+def _config(doc: Mapping[str, Any]) -> dict[str, Any] | None:
+    config = doc.get("config")
+    if config is None:
+        return None
+    if not isinstance(config, dict):
+        raise InvalidField("config must be an object of Kafka topic config keys", "config")
+    for key, value in config.items():
+        if value is not None and not isinstance(value, (str, int)) or isinstance(value, bool):
+            raise InvalidField(f"config.{key} must be a string or an integer", f"config.{key}")
+    return config
+
+
+def _partitions_in(meta: MetadataStore, root: str) -> ListPartitions:
+    """The initialized partitions of a topic: its ``meta/control`` keys (one listing over every shard)."""
+
+    def partitions(name: str) -> list[int]:
+        head = f"{root}/{name}/partitions/"
+        out = []
+        for key in meta.list_keys(head, head + "~/", partition_key=None):
+            parts = key[len(head):].split("/")
+            if len(parts) == 3 and parts[1:] == ["meta", "control"] and parts[0].isascii() and parts[0].isdigit():
+                out.append(int(parts[0]))
+        return out
+
+    return partitions

@@ -1,0 +1,123 @@
+"""The broker's topic catalogue (server/_broker/topics.py) over the in-memory
+stores: the /topics routes with their errors, produce auto-creating and
+checking partitions, consume refusing unknown topics, and adoption of logs
+written before the catalogue."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from server._catalogue.topic_config import TopicDefaults
+from tests.unit.test_broker import Cluster, body, consume_body, doc
+
+
+@pytest.fixture
+def cluster():
+    with Cluster() as c:
+        yield c
+
+
+def route(broker, method, name=None, payload=None):
+    resp = broker.topics_route(b"" if payload is None else json.dumps(payload).encode(), method, name)
+    return resp.status, doc(resp)
+
+
+def test_create_list_describe_alter_grow_and_delete(cluster):
+    b = cluster.broker(topics=TopicDefaults(partitions=2))
+    status, created = route(b, "POST", payload={"name": "orders", "partitions": 3,
+                                                "config": {"retention.ms": "60000"}})
+    assert status == 201 and created["topic"]["partitions"] == 3
+    assert created["topic"]["config"]["retention.ms"] == "60000" and created["topic"]["state"] == "ACTIVE"
+    assert route(b, "POST", payload={"name": "audit"})[1]["topic"]["partitions"] == 2
+    assert [t["name"] for t in route(b, "GET")[1]["topics"]] == ["audit", "orders"]
+    assert route(b, "GET", "orders")[1]["topic"] == created["topic"]
+    status, altered = route(b, "PATCH", "orders", {"config": {"retention.bytes": 1024}, "partitions": 5})
+    assert status == 200 and altered["topic"]["partitions"] == 5
+    assert altered["topic"]["config"]["retention.bytes"] == "1024"
+    status, deleted = route(b, "DELETE", "orders")
+    assert status == 200 and deleted["topic"]["state"] == "DELETING"
+    assert route(b, "GET", "orders")[0] == 404
+    assert [t["name"] for t in route(b, "GET")[1]["topics"]] == ["audit"]
+
+
+@pytest.mark.parametrize("method, name, payload, field", [
+    ("POST", None, {"partitions": 1}, "name"),
+    ("POST", None, {"name": "a/b"}, "name"),
+    ("POST", None, {"name": "t", "partitions": "3"}, "partitions"),
+    ("POST", None, {"name": "t", "partitions": 0}, "partitions"),
+    ("POST", None, {"name": "t", "colour": "red"}, "colour"),
+    ("POST", None, {"name": "t", "config": ["retention.ms"]}, "config"),
+    ("POST", None, {"name": "t", "config": {"retention.ms": "soon"}}, "config.retention.ms"),
+    ("POST", None, {"name": "t", "config": {"segment.ms": 1}}, "config.segment.ms"),
+    ("PATCH", "orders", {}, None),
+    ("PATCH", "orders", {"partitions": 1}, "partitions"),
+])
+def test_bad_requests_are_400_naming_the_field(cluster, method, name, payload, field):
+    b = cluster.broker(topics=TopicDefaults())
+    route(b, "POST", payload={"name": "orders", "partitions": 2})
+    status, answer = route(b, method, name, payload)
+    assert status == 400 and answer["error_type"] == "InvalidRequest", answer
+    assert answer.get("field") == field, answer
+
+
+def test_unknown_topics_answer_404_and_a_duplicate_409(cluster):
+    b = cluster.broker(topics=TopicDefaults())
+    for method, payload in (("GET", None), ("PATCH", {"config": {"retention.ms": 1}}), ("DELETE", None)):
+        status, answer = route(b, method, "nope", payload)
+        assert (status, answer["error_type"]) == (404, "UnknownTopic"), answer
+    route(b, "POST", payload={"name": "orders"})
+    status, answer = route(b, "POST", payload={"name": "orders"})
+    assert (status, answer["error_type"]) == (409, "TopicAlreadyExists") and "already exists" in answer["error"]
+
+
+def test_produce_auto_creates_with_the_default_count_then_checks_partitions(cluster):
+    b = cluster.broker(topics=TopicDefaults(partitions=4))
+    resp = b.produce(body(("fresh", 3, ["a"])))
+    assert resp.status == 200, doc(resp)
+    assert route(b, "GET", "fresh")[1]["topic"]["partitions"] == 4
+    resp = b.produce(body(("fresh", 4, ["b"]), ("fresh", 0, ["c"])))
+    answer = doc(resp)
+    assert resp.status == 400 and answer["field"] == "partition"
+    assert "'fresh' has 4 partitions (0-3); partition 4 does not exist" in answer["error"]
+    # A partition past the default count is refused before anything is written, the topic included.
+    resp = b.produce(body(("huge", 99_999, ["x"])))
+    assert resp.status == 400 and "POST /topics" in doc(resp)["error"] and route(b, "GET", "huge")[0] == 404
+
+
+def test_without_auto_create_an_unknown_topic_is_refused_and_nothing_written(cluster):
+    b = cluster.broker(topics=TopicDefaults(auto_create=False))
+    resp = b.produce(body(("nope", 0, ["a"])))
+    assert resp.status == 404 and "POST /topics" in doc(resp)["error"]
+    assert not cluster.meta.list_keys("llog/nope/", "llog/nope/~/")
+
+
+def test_consume_of_an_unknown_topic_or_partition_is_that_partitions_error(cluster):
+    b = cluster.broker(topics=TopicDefaults())
+    route(b, "POST", payload={"name": "orders", "partitions": 1})
+    assert doc(b.consume(consume_body("orders", 0, 1)))["results"][0]["ok"] is True
+    for topic, partition in (("nope", 0), ("orders", 1)):
+        part = doc(b.consume(consume_body(topic, partition, 1)))["results"][0]
+        assert (part["ok"], part["error_code"], part["error_type"]) == (False, "UNKNOWN_TOPIC_OR_PARTITION",
+                                                                         "UnknownTopic"), part
+    assert route(b, "GET", "nope")[0] == 404  # a consume never creates
+
+
+def test_logs_written_before_the_catalogue_are_adopted_and_keep_everything(cluster):
+    cluster.writer.initialize_partition("legacy", 0)
+    cluster.writer.initialize_partition("legacy", 6)
+    b = cluster.broker(topics=TopicDefaults(retention_ms=1000))
+    assert doc(b.consume(consume_body("legacy", 6, 1)))["results"][0]["ok"] is True
+    topic = route(b, "GET", "legacy")[1]["topic"]
+    assert topic["partitions"] == 7 and topic["config"]["retention.ms"] == "-1"
+
+
+def test_a_deleted_topic_is_refused_by_the_broker_that_deleted_it_at_once(cluster):
+    b = cluster.broker(topics=TopicDefaults(auto_create=False))
+    route(b, "POST", payload={"name": "orders", "partitions": 1})
+    assert b.produce(body(("orders", 0, ["a"]))).status == 200
+    route(b, "DELETE", "orders")
+    assert b.produce(body(("orders", 0, ["b"]))).status == 404
+    part = doc(b.consume(consume_body("orders", 0, 1)))["results"][0]
+    assert part["error_type"] == "UnknownTopic"
