@@ -29,7 +29,6 @@ from .._errors import InvalidRequest, TopicAlreadyExists, UnknownTopic
 from .._http_server import Response
 from .._protocol.http_json import InvalidField, parse_json_body
 from .._protocol.keys import TopicPartition, validate_topic
-from .._storage.metastore import MetadataStore
 
 __all__ = ["BrokerTopics"]
 
@@ -51,7 +50,7 @@ class BrokerTopics:
         self.catalogue = catalogue
         self.cache_ms = cache_ms
         self.auto_create = catalogue.defaults.auto_create if auto_create is None else auto_create
-        self._list_partitions = list_partitions or _partitions_in(catalogue._meta, catalogue.layout.root)
+        self._list_partitions = list_partitions or catalogue.initialized_partitions
         self._clock = clock
         self._cache: dict[str, tuple[TopicRecord, float]] = {}
         self._lock = threading.Lock()
@@ -190,18 +189,3 @@ def _config(doc: Mapping[str, Any]) -> dict[str, Any] | None:
         if value is not None and not isinstance(value, (str, int)) or isinstance(value, bool):
             raise InvalidField(f"config.{key} must be a string or an integer", f"config.{key}")
     return config
-
-
-def _partitions_in(meta: MetadataStore, root: str) -> ListPartitions:
-    """The initialized partitions of a topic: its ``meta/control`` keys (one listing over every shard)."""
-
-    def partitions(name: str) -> list[int]:
-        head = f"{root}/{name}/partitions/"
-        out = []
-        for key in meta.list_keys(head, head + "~/", partition_key=None):
-            parts = key[len(head):].split("/")
-            if len(parts) == 3 and parts[1:] == ["meta", "control"] and parts[0].isascii() and parts[0].isdigit():
-                out.append(int(parts[0]))
-        return out
-
-    return partitions

@@ -80,6 +80,17 @@ class TopicCatalogue:
                 out.append(topic)
         return sorted(out, key=lambda t: t.name)
 
+    def initialized_partitions(self, name: str) -> list[int]:
+        """The partitions of ``name`` that have a ``meta/control`` key (one listing over every shard):
+        what a log written without the catalogue has."""
+        head = f"{self.layout.root}/{validate_topic(name)}/partitions/"
+        out = []
+        for key in self._meta.list_keys(head, head + "~/", partition_key=None):
+            parts = key[len(head):].split("/")
+            if len(parts) == 3 and parts[1:] == ["meta", "control"] and parts[0].isascii() and parts[0].isdigit():
+                out.append(int(parts[0]))
+        return out
+
     def check_partition(self, name: str, partition: int) -> TopicRecord:
         """The topic's record if ``partition`` is one of its partitions, else UnknownTopic naming the count."""
         topic = self.describe(name)
