@@ -48,11 +48,25 @@ class Tally:
     count: int = 0
     checksum: int = 0
     nbytes: int = 0
+    keys_checked: int = 0
+    keys_wrong: int = 0
+    """Records whose key is not the JSON field of their value it should be (:meth:`check_key`)."""
 
     def add(self, value: bytes | str) -> None:
         self.count += 1
         self.checksum = (self.checksum + canonical_hash(value)) & MASK64
         self.nbytes += len(value)
+
+    def check_key(self, value: bytes | str, key: bytes | str | None, field: str) -> None:
+        """Count a record whose ``key`` is not its JSON value's ``field`` (the produce job's key column)."""
+        self.keys_checked += 1
+        text = key.decode("utf-8") if isinstance(key, bytes) else key
+        try:
+            want = str(json.loads(value)[field])
+        except (ValueError, KeyError, TypeError):
+            want = None
+        if text is None or text != want:
+            self.keys_wrong += 1
 
     def same_as(self, other: Tally) -> bool:
         return self.count == other.count and self.checksum == other.checksum
@@ -147,11 +161,13 @@ def start_service(
 
 
 def consume_all(
-    broker_url: str, topic: str, targets: Mapping[int, int], *, max_wait_ms: int = 500, deadline_s: float = 600
+    broker_url: str, topic: str, targets: Mapping[int, int], *, max_wait_ms: int = 500, deadline_s: float = 600,
+    key_field: str | None = None,
 ) -> tuple[Tally, dict[int, int]]:
     """Read every partition from offset 1 through ``targets[p]`` (its high
     watermark, taken from Oxia: a broker's own figure may lag) with POST
-    /consume long-polls; return the tally and the records per partition. A
+    /consume long-polls; return the tally (with ``key_field``, each record's
+    key checked against that field of its value) and the records per partition. A
     partition answered with a retriable error (the outcome table's, or the
     answer's own ``retriable``) is asked again on the next round; any other
     error fails the step."""
@@ -188,6 +204,8 @@ def consume_all(
                 value = rec["value"]
                 raw = value.encode("utf-8") if isinstance(value, str) else base64.b64decode(value["base64"])
                 tally.add(raw)
+                if key_field is not None:
+                    tally.check_key(raw, rec["key"], key_field)
                 per_partition[p] += 1
                 cursors[p] += 1
             if res["next_fetch_offset"] != cursors[p]:

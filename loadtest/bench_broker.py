@@ -41,7 +41,8 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from loadtest._common import Broker, put_bandwidth, run_threads, stack_env
-from server._protocol.produce_binary import PRODUCE_BINARY_CONTENT_TYPE, encode_binary_produce
+from server._protocol.kafka_batch import build_values_batch
+from server._protocol.produce_binary import PRODUCE_BINARY_V2_CONTENT_TYPE, encode_binary_produce_v2
 from server._protocol.consume_binary import CONSUME_BINARY_CONTENT_TYPE, parse_binary_consume
 from server._config import BatchConfig
 from server.client import ensure_topic, parse_broker_list
@@ -69,9 +70,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help=f"LLOG_BATCH_MAX_BLOCK_MS: how long a produce waits for room in a full buffer "
                         f"(default {BatchConfig().max_block_ms}; 0 refuses at once with 503)")
     p.add_argument("--body", choices=("json", "binary"), default="binary",
-                   help="produce body of phases 1-2: binary (application/vnd.llog.produce.v1, default) or json")
+                   help="produce body of phases 1-2: binary (application/vnd.llog.produce.v2, default) or json")
     p.add_argument("--consume-body", choices=("json", "binary"), default="binary",
-                   help="consume answer of phases 4-5: binary (Accept: application/vnd.llog.consume.v1, default) or json")
+                   help="consume answer of phases 4-5: binary (Accept: application/vnd.llog.consume.v2, default) or json")
     p.add_argument("--json", type=Path, help="also write the figures to this JSON file")
     return p.parse_args(argv)
 
@@ -131,7 +132,8 @@ def make_bodies(args: argparse.Namespace, topic: str, n: int) -> list[tuple[byte
         first = (i * args.partitions_per_request) % args.partitions
         parts = [(first + k) % args.partitions for k in range(args.partitions_per_request)]
         if args.body == "binary":
-            body = encode_binary_produce([(topic, p, [record.encode()] * per_tp) for p in parts])
+            batches = _batches([record.encode()] * per_tp)
+            body = encode_binary_produce_v2([(topic, p, batches) for p in parts])
         else:
             body = json.dumps({"topic_partitions": [
                 {"topic": topic, "partition": p, "records": [record] * per_tp} for p in parts
@@ -140,9 +142,16 @@ def make_bodies(args: argparse.Namespace, topic: str, n: int) -> list[tuple[byte
     return bodies
 
 
+def _batches(values: list[bytes], max_batch_bytes: int = 1_000_000) -> bytes:
+    """``values`` as RecordBatch v2 batches of at most about ``max_batch_bytes`` (the
+    topic's max.message.bytes default is 1,048,588), built once per run."""
+    per = max(1, max_batch_bytes // (len(values[0]) + 8))
+    return b"".join(build_values_batch(values[i:i + per], int(time.time() * 1000)) for i in range(0, len(values), per))
+
+
 def produce_phase(
     port: int, bodies: list[tuple[bytes, int]], clients: int, seconds: float, rate_per_s: float | None, record_bytes: int,
-    content_type: str = PRODUCE_BINARY_CONTENT_TYPE,
+    content_type: str = PRODUCE_BINARY_V2_CONTENT_TYPE,
 ) -> dict[str, float]:
     """``clients`` threads send bodies for ``seconds``; paced at ``rate_per_s``
     requests per second in total when given (open loop per client)."""
@@ -428,7 +437,7 @@ def main(argv: list[str] | None = None) -> int:
         stack.callback(broker.stop)
         ensure_topic(parse_broker_list(f"http://127.0.0.1:{broker.port}"), topic, args.partitions)
         bodies = make_bodies(args, topic, 256)
-        ctype = PRODUCE_BINARY_CONTENT_TYPE if args.body == "binary" else "application/json"
+        ctype = PRODUCE_BINARY_V2_CONTENT_TYPE if args.body == "binary" else "application/json"
         print(f"[bench] broker on port {broker.port}; warming up (partition initialization) ...", flush=True)
         produce_phase(broker.port, bodies[:64], 8, 1.0, None, args.record_bytes, ctype)
 

@@ -97,7 +97,7 @@ type config struct {
 	duration             time.Duration
 	recordBytes          int
 	body                 string // json or binary (application/vnd.llog.produce.v1)
-	consumeBody          string // json or binary (Accept: application/vnd.llog.consume.v1)
+	consumeBody          string // json or binary (Accept: application/vnd.llog.consume.v2)
 	recordsPerRequest    int
 	partitionsPerRequest int
 	topic                string
@@ -155,8 +155,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&c.consumeFrom, "consume-from", "end", "where consumers start: end (each partition's high watermark, asked before the load\n"+
 		"starts, so only this run's records count) or start (offset 1)")
 	fs.IntVar(&c.maxWaitMs, "max-wait-ms", 500, "consume long-poll max_wait_ms")
-	fs.StringVar(&c.consumeBody, "consume-body", "json", "consume answer: json, or binary (Accept: application/vnd.llog.consume.v1: each\n"+
-		"partition's records as one bytes-batch-v1 batch of the stored bytes)")
+	fs.StringVar(&c.consumeBody, "consume-body", "json", "consume answer: json, or binary (Accept: application/vnd.llog.consume.v2: each\n"+
+		"partition's records as the stored RecordBatch v2 batches)")
 	fs.DurationVar(&c.window, "window", 30*time.Second, "length of a client-30s.jsonl window (and of the progress lines)")
 	fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "per-request timeout (a consume gets -max-wait-ms on top); a produce that times out is unknown")
 	fs.DurationVar(&c.downBackoff, "down-backoff", time.Second, "how often a broker marked down is probed (GET /health) to bring it back")
@@ -1570,18 +1570,21 @@ func sendTime(payload []byte) (time.Time, bool) {
 	return time.Unix(0, int64(ns)), true
 }
 
-const consumeBinaryType = "application/vnd.llog.consume.v1"
+const consumeBinaryType = "application/vnd.llog.consume.v2"
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // parseBinaryConsume reads the binary consume answer (server/_protocol/consume_binary.py):
-// "LLC1", version 1, flags 0, partition count, record count, payload bytes, waited
+// "LLC1", version 2, flags 0, partition count, record count, payload bytes, waited
 // ms, then per partition a u16-prefixed topic, a u32 partition, the i64 high
 // watermark (-1: unknown), log start, next fetch offset and first offset, a
-// u32-prefixed JSON error (empty when ok) and one bytes-batch-v1 batch of its
-// records; big-endian. Every length, the CRC and the length prefixes are checked.
+// u32-prefixed JSON error (empty when ok) and u32-prefixed whole RecordBatch v2
+// batches (baseOffset = llog offset - 1); big-endian. Every length and CRC-32C is
+// checked; records below first_offset (a fetch inside a batch) are skipped.
 func parseBinaryConsume(doc []byte, a *consumeAnswer) error {
 	be := binary.BigEndian
-	if len(doc) < 28 || string(doc[:4]) != "LLC1" || be.Uint16(doc[4:]) != 1 || be.Uint16(doc[6:]) != 0 {
-		return errors.New("not a binary consume answer (LLC1, version 1)")
+	if len(doc) < 28 || string(doc[:4]) != "LLC1" || be.Uint16(doc[4:]) != 2 || be.Uint16(doc[6:]) != 0 {
+		return errors.New("not a binary consume answer (LLC1, version 2)")
 	}
 	count := int(be.Uint32(doc[8:]))
 	a.PayloadBytes = int64(be.Uint64(doc[16:]))
@@ -1610,27 +1613,19 @@ func parseBinaryConsume(doc []byte, a *consumeAnswer) error {
 			res.Ok, res.ErrorCode = false, e.ErrorCode
 			pos += elen
 		}
-		if pos+20 > len(doc) || string(doc[pos:pos+4]) != "LLB1" {
-			return fmt.Errorf("partition %d: bad batch header", i)
+		if pos+4 > len(doc) {
+			return fmt.Errorf("partition %d: truncated", i)
 		}
-		n, length, crc := int(be.Uint32(doc[pos+8:])), int(be.Uint32(doc[pos+12:])), be.Uint32(doc[pos+16:])
-		start, end := pos+20, pos+20+length
-		if end > len(doc) || crc32.ChecksumIEEE(doc[start:end]) != crc {
-			return fmt.Errorf("partition %d: batch length or CRC mismatch", i)
+		end := pos + 4 + int(be.Uint32(doc[pos:]))
+		if end > len(doc) {
+			return fmt.Errorf("partition %d: batches run past the answer", i)
 		}
-		res.payloads = make([][]byte, 0, min(n, length/4)) // a record takes at least its 4-byte length
-		for p := start; len(res.payloads) < n; {
-			if p+4 > end || p+4+int(be.Uint32(doc[p:])) > end {
-				return fmt.Errorf("partition %d: record %d runs past its batch", i, len(res.payloads))
+		for p := pos + 4; p < end; {
+			next, err := readBatch(doc[p:end], res.firstOffset, &res.payloads)
+			if err != nil {
+				return fmt.Errorf("partition %d: %v", i, err)
 			}
-			size := int(be.Uint32(doc[p:]))
-			res.payloads = append(res.payloads, doc[p+4:p+4+size])
-			if p += 4 + size; len(res.payloads) == n && p != end {
-				return fmt.Errorf("partition %d: trailing bytes in its batch", i)
-			}
-		}
-		if n == 0 && length != 0 {
-			return fmt.Errorf("partition %d: trailing bytes in its batch", i)
+			p += next
 		}
 		a.Results = append(a.Results, res)
 		pos = end
@@ -1639,6 +1634,71 @@ func parseBinaryConsume(doc []byte, a *consumeAnswer) error {
 		return errors.New("trailing bytes after the last partition")
 	}
 	return nil
+}
+
+// readBatch appends the values of one uncompressed RecordBatch v2 at the start of
+// buf whose llog offsets are at least first, and returns the batch's length.
+func readBatch(buf []byte, first int64, out *[][]byte) (int, error) {
+	be := binary.BigEndian
+	if len(buf) < 61 || buf[16] != 2 {
+		return 0, errors.New("bad batch header")
+	}
+	size := 12 + int(int32(be.Uint32(buf[8:])))
+	if size < 61 || size > len(buf) || crc32.Checksum(buf[21:size], castagnoli) != be.Uint32(buf[17:]) {
+		return 0, errors.New("batch length or CRC-32C mismatch")
+	}
+	if be.Uint16(buf[21:])&0x07 != 0 {
+		return 0, errors.New("compressed batch (the hammer writes none)")
+	}
+	base := int64(be.Uint64(buf[0:])) + 1
+	n := int(int32(be.Uint32(buf[57:])))
+	recs := buf[61:size]
+	for k := 0; k < n; k++ {
+		length, w := binary.Varint(recs)
+		if w <= 0 || length < 0 || int(length) > len(recs)-w {
+			return 0, fmt.Errorf("record %d runs past its batch", k)
+		}
+		rec := recs[w : w+int(length)]
+		recs = recs[w+int(length):]
+		value, err := recordValue(rec)
+		if err != nil {
+			return 0, fmt.Errorf("record %d: %v", k, err)
+		}
+		if base+int64(k) >= first {
+			*out = append(*out, value)
+		}
+	}
+	if len(recs) != 0 {
+		return 0, errors.New("trailing bytes in a batch")
+	}
+	return size, nil
+}
+
+// recordValue is the value of one record (attributes, timestamp and offset deltas, key, value, headers).
+func recordValue(rec []byte) ([]byte, error) {
+	p := 1 // attributes
+	for f := 0; f < 2; f++ { // timestampDelta, offsetDelta
+		if _, w := binary.Varint(rec[min(p, len(rec)):]); w > 0 {
+			p += w
+		} else {
+			return nil, errors.New("bad varint")
+		}
+	}
+	var value []byte
+	for f := 0; f < 2; f++ { // key, then value
+		n, w := binary.Varint(rec[min(p, len(rec)):])
+		if w <= 0 || int(n) > len(rec)-p-w {
+			return nil, errors.New("a key or value runs past its record")
+		}
+		p += w
+		if n > 0 {
+			value = rec[p : p+int(n)]
+			p += int(n)
+		} else {
+			value = nil
+		}
+	}
+	return value, nil
 }
 
 // ------------------------------------------------------------------------- output

@@ -187,7 +187,7 @@ def run(args: argparse.Namespace, r: Run) -> int:
         parts = range(args.partitions)
         hws = {p: reader.high_watermark(TOPIC, p) for p in parts}
         r.begin("consume", f"consuming {sum(hws.values()):,} records back through POST /consume")
-        got, per_partition = consume_all(broker.url, TOPIC, hws, deadline_s=args.timeout_s)
+        got, per_partition = consume_all(broker.url, TOPIC, hws, deadline_s=args.timeout_s, key_field=key_column)
         check(r, "consume", expected, got)
         r.say("per partition: " + ", ".join(f"{p}:{n}" for p, n in sorted(per_partition.items())))
 
@@ -198,7 +198,7 @@ def run(args: argparse.Namespace, r: Run) -> int:
         r.say(f"every partition compacted (cursor = high watermark + 1); compactor {compactor.url}/metrics")
 
         r.begin("spark", 'reading the topic with spark.read.format("llog") from Oxia + S3')
-        spark_tally = spark_read_tally(spark, TOPIC, args.partitions)
+        spark_tally = spark_read_tally(spark, TOPIC, args.partitions, key_field=key_column)
         check(r, "spark", expected, spark_tally)
 
         drawn = render_dashboard(r, observability, dashboard_dir(args, data_dir))
@@ -286,28 +286,36 @@ def check(r: Run, step: str, expected: Tally, got: Tally) -> None:
             f"{got.count:,} records read, checksum {got.checksum:016x}; "
             f"expected {expected.count:,}, checksum {expected.checksum:016x}"
         )
-    r.say(f"{got.count:,} records, checksum {got.checksum:016x}: match the input")
+    if got.keys_wrong:
+        raise StepFailed(f"{step}: {got.keys_wrong:,} of {got.keys_checked:,} records have a key that is not "
+                         "their customer_id")
+    keys = f", {got.keys_checked:,} keys = customer_id" if got.keys_checked else ""
+    r.say(f"{got.count:,} records, checksum {got.checksum:016x}: match the input{keys}")
 
 
-def spark_read_tally(spark, topic: str, partitions: int) -> Tally:
-    from loadtest._pipeline import MASK64, canonical_hash
+def spark_read_tally(spark, topic: str, partitions: int, key_field: str | None = None) -> Tally:
+    """Count and checksum of the topic's values read with Spark; with ``key_field``, each
+    record's key (Kafka's ``key`` column) checked against that field of its value."""
+    from loadtest._pipeline import MASK64
 
     df = spark.read.format("llog").option("topic", topic).load()
 
     def part_tally(rows):
-        count = checksum = nbytes = 0
+        part = Tally()
         for row in rows:
             value = bytes(row.value)
-            count += 1
-            checksum = (checksum + canonical_hash(value)) & MASK64
-            nbytes += len(value)
-        yield count, checksum, nbytes
+            part.add(value)
+            if key_field is not None:
+                part.check_key(value, None if row.key is None else bytes(row.key), key_field)
+        yield part
 
     tally = Tally()
-    for count, checksum, nbytes in df.select("value").rdd.mapPartitions(part_tally).collect():
-        tally.count += count
-        tally.checksum = (tally.checksum + checksum) & MASK64
-        tally.nbytes += nbytes
+    for part in df.select("key", "value").rdd.mapPartitions(part_tally).collect():
+        tally.count += part.count
+        tally.checksum = (tally.checksum + part.checksum) & MASK64
+        tally.nbytes += part.nbytes
+        tally.keys_checked += part.keys_checked
+        tally.keys_wrong += part.keys_wrong
     return tally
 
 

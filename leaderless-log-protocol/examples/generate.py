@@ -49,7 +49,13 @@ from server._protocol.codec import (  # noqa: E402
     encode_batch,
     encode_shared_blob,
 )
-from server._protocol.produce_binary import encode_binary_produce, parse_binary_produce  # noqa: E402
+from server._protocol.produce_binary import (  # noqa: E402
+    PRODUCE_VERSION_2,
+    encode_binary_produce,
+    encode_binary_produce_v2,
+    parse_binary_produce,
+)
+from server._protocol.stored_batches import StoredBatches  # noqa: E402
 from server._protocol.http_json import ConsumedPartition  # noqa: E402
 from server._protocol.consume_binary import encode_binary_consume, parse_binary_consume  # noqa: E402
 from server._protocol.record_spans import spans_of  # noqa: E402
@@ -141,8 +147,10 @@ def hexdump(data: bytes) -> str:
 
 
 def _shared_blob() -> tuple[bytes, list]:
-    groups = [(t, p, len(payloads), encode_batch(list(payloads))) for t, p, payloads in SHARED_GROUPS]
-    return encode_shared_blob(groups, CREATED_AT_MS)
+    """Two partitions' value-only records as the writer stores them: one RecordBatch v2 batch each."""
+    groups = [(t, p, len(payloads), StoredBatches.of_values(list(payloads), CREATED_AT_MS).data)
+              for t, p, payloads in SHARED_GROUPS]
+    return encode_shared_blob(groups, CREATED_AT_MS, kb.ENCODING)
 
 
 def _batch_description(data: bytes) -> dict[str, Any]:
@@ -179,7 +187,7 @@ def _shared_description(blob: bytes) -> dict[str, Any]:
                 "encoding": part.encoding,
                 "body_offset": part.body_offset,
                 "body_length": part.body_length,
-                "body_crc32": f"0x{zlib.crc32(body[BATCH_HEADER_SIZE:]):08x}",
+                "body_batch_crc32c": f"0x{kb.check_batch(body).crc:08x}",
                 "offsets_if_first_append": [1, len(payloads)],
                 "payloads_base64": [_b64(p) for p in payloads],
             }
@@ -212,19 +220,31 @@ def _oxia_values(blob: bytes) -> dict[str, tuple[str, bytes, bool]]:
         msg_count=2,
         entry_type=EntryType.WAL,
         data_key=wal_uri,
-        encoding=BATCH_ENCODING,
+        encoding=kb.ENCODING,
         byte_offset=parts[0].body_offset,
         byte_length=parts[0].body_length,
+        created_at_ms=CREATED_AT_MS,
+        max_timestamp_ms=CREATED_AT_MS,
+    )
+    # An entry the reference system wrote: bytes-batch-v1, no max timestamp (still read).
+    legacy = IndexEntry(
+        type=EntryType.WAL,
+        msg_count=3,
+        data_key=f"s3://{BUCKET}/{keys.legacy_wal_object(APPEND_ID)}",
+        encoding=BATCH_ENCODING,
+        byte_offset=None,
+        byte_length=None,
         created_at_ms=CREATED_AT_MS,
     )
     compacted = IndexEntry(
         type=EntryType.COMPACTED,
         msg_count=5,
         data_key=compacted_uri,
-        encoding=BATCH_ENCODING,
+        encoding=kb.ENCODING,
         byte_offset=None,
         byte_length=None,
         created_at_ms=CREATED_AT_MS,
+        max_timestamp_ms=CREATED_AT_MS + 5,
     )
     compaction = CompactionRecord(
         compaction_id=COMPACTION_ID,
@@ -233,9 +253,10 @@ def _oxia_values(blob: bytes) -> dict[str, tuple[str, bytes, bool]]:
         end_offset=5,
         msg_count=5,
         data_key=compacted_uri,
-        encoding=BATCH_ENCODING,
+        encoding=kb.ENCODING,
         created_at_ms=CREATED_AT_MS,
         last_entry_start_offset=4,
+        max_timestamp_ms=CREATED_AT_MS + 5,
     )
     return {
         "control-open.json": (keys.control, ControlRecord(LogState.OPEN, 1, None).encode(), False),
@@ -243,6 +264,7 @@ def _oxia_values(blob: bytes) -> dict[str, tuple[str, bytes, bool]]:
         "control-fenced.json": (keys.control, ControlRecord(LogState.FENCED, 3, None).encode(), False),
         "index-wal-shared.json": (keys.index(2), pending.index_entry().encode(), False),
         "index-compacted.json": (keys.index(5), compacted.encode(), False),
+        "index-wal-legacy-v1.json": (keys.index(8), legacy.encode(), False),
         "compaction-cursor.json": (keys.compaction_cursor, CompactionCursor(1).encode(), False),
         "compaction-deleting-old.json": (keys.compaction, compaction.encode(), False),
         "compactor-claim.json": (
@@ -277,6 +299,9 @@ def build_files() -> dict[str, bytes]:
     files[PRODUCE_FILE] = body
     files["produce-body-2-batches.json"] = _pretty(_produce_description(body))
     kafka = kb.build_batch(KAFKA_RECORDS)
+    body_v2 = encode_binary_produce_v2([(TOPIC, 0, kafka), (TOPIC, 7, kb.build_values_batch([b"c"], CREATED_AT_MS))])
+    files[PRODUCE_V2_FILE] = body_v2
+    files["produce-body-v2-2-groups.json"] = _pretty(_produce_v2_description(body_v2))
     files[KAFKA_FILE] = kafka
     files["kafka-batch-v2-none.json"] = _pretty(_kafka_description(kafka))
     for codec, name in KAFKA_COMPRESSED.items():
@@ -367,20 +392,44 @@ def _produce_description(body: bytes) -> dict[str, Any]:
     }
 
 
+PRODUCE_V2_FILE = "produce-body-v2-2-groups.bin"
+
+
+def _produce_v2_description(body: bytes) -> dict[str, Any]:
+    request = parse_binary_produce(body, max_records=100, version=PRODUCE_VERSION_2)
+    return {
+        "file": PRODUCE_V2_FILE,
+        "content_type": "application/vnd.llog.produce.v2",
+        "total_length": len(body),
+        "header": {"magic": "LLP1", "version": 2, "flags": 0, "batch_count": len(request.groups)},
+        "groups": [
+            {
+                "topic": g.topic,
+                "partition": g.partition,
+                "batches_length": g.payloads.nbytes,
+                "records": _kafka_records(bytes(g.payloads.data)),
+            }
+            for g in request.groups
+        ],
+    }
+
+
 # The broker's binary /consume answer (server/_protocol/consume_binary.py): one
-# partition with the three records of BATCH_FILE at offsets 1..3, one never
-# written (an error).
+# partition with the three records of KAFKA_FILE at offsets 11..13, fetched
+# from offset 12 (inside the batch: the whole batch comes, first_offset says
+# where to start), one never written (an error).
 CONSUME_FILE = "consume-answer-2-partitions.bin"
 
 
 def _consume_answer() -> tuple[tuple[ConsumedPartition, ...], int, int, int]:
-    spans = tuple(spans_of(1, list(BATCH_PAYLOADS)))
+    batches = StoredBatches.check(kb.build_batch(KAFKA_RECORDS))
+    spans = tuple(s.since(12) for s in spans_of(11, batches))
     missing = PartitionNotInitialized("partition is not initialized", topic=TOPIC, partition=9)
     parts = (
-        ConsumedPartition(TOPIC, 0, 1, 4, 3, spans, sum(len(p) for p in BATCH_PAYLOADS)),
+        ConsumedPartition(TOPIC, 0, 12, 14, 13, spans, batches.nbytes),
         ConsumedPartition(TOPIC, 9, 1, 1, None, error=missing),
     )
-    return parts, len(BATCH_PAYLOADS), sum(len(p) for p in BATCH_PAYLOADS), 0
+    return parts, 2, batches.nbytes, 0
 
 
 def _consume_description(answer: bytes) -> dict[str, Any]:
@@ -396,7 +445,12 @@ def _consume_description(answer: bytes) -> dict[str, Any]:
             "next_fetch_offset": p.next_fetch_offset,
             "first_offset": p.first_offset,
             "record_count": p.record_count,
-            "payloads_base64": [_b64(x) for x in p.payloads()],
+            "batch_base": p.batch_base,
+            "batches_length": p.batches.nbytes,
+            "records": [{"offset": o, "key_base64": None if r.key is None else _b64(r.key),
+                         "value_base64": None if r.value is None else _b64(r.value),
+                         "headers": [[k, None if v is None else _b64(v)] for k, v in r.headers],
+                         "timestamp_ms": r.timestamp_ms} for o, r in p.records()],
         }
         if p.error is not None:
             item["error"] = {
@@ -408,11 +462,11 @@ def _consume_description(answer: bytes) -> dict[str, Any]:
         partitions.append(item)
     return {
         "file": CONSUME_FILE,
-        "content_type": "application/vnd.llog.consume.v1",
+        "content_type": "application/vnd.llog.consume.v2",
         "total_length": len(answer),
         "header": {
             "magic": "LLC1",
-            "version": 1,
+            "version": 2,
             "flags": 0,
             "partition_count": len(parsed.partitions),
             "record_count": parsed.record_count,

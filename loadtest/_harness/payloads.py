@@ -7,9 +7,9 @@ the seed and the length decide (``fillerLetter[(i + seed % 62) % 62]``, see
 string of ASCII letters, which the broker stores as those same bytes.
 
 :class:`PayloadCheck` is a ``BatchDecoder`` (``server/_log/reader.py``) for
-:class:`~.readback.LibraryReadBack`: it decodes each stored batch (length,
-CRC and record count, as the reader always does) and then checks every
-record: its length, its header and send time (inside the run), its filler.
+:class:`~.readback.LibraryReadBack`: it takes each stored slice's checked
+batches (length, CRC and record count, as the reader always does) and
+checks every record: its length, its header and send time (inside the run), its filler.
 A batch with a record that differs raises ``CorruptBatch``, so the
 read-back counts the batch missing; what differed is kept in
 :attr:`PayloadCheck.problems`.
@@ -22,7 +22,7 @@ import threading
 from typing import Sequence
 
 from server._errors import CorruptBatch
-from server._protocol.codec import decode_batch
+from server._protocol.stored_batches import StoredBatches
 
 __all__ = ["FILLER_LETTERS", "HEADER_BYTES", "PayloadCheck", "hammer_filler", "hammer_record"]
 
@@ -59,8 +59,8 @@ class PayloadCheck:
         self.problems: list[str] = []
         self._lock = threading.Lock()
 
-    def __call__(self, data: bytes | memoryview, expected_count: int | None = None) -> list[bytes]:
-        records = decode_batch(data, expected_count)
+    def __call__(self, batches: StoredBatches) -> list[bytes | None]:
+        records = batches.values()
         problem = self.problem_of(records)
         with self._lock:
             self.records_checked += len(records)
@@ -72,8 +72,10 @@ class PayloadCheck:
             raise CorruptBatch(f"a record is not one the hammer sent: {problem}")
         return records
 
-    def problem_of(self, records: Sequence[bytes]) -> str | None:
+    def problem_of(self, records: Sequence[bytes | None]) -> str | None:
         """What is wrong with the first bad record of a batch, or None."""
+        if None in records:
+            return f"record {records.index(None)} of the batch has a null value"
         # Set-wise first (C loops over the whole batch); the record is looked for only on failure.
         lengths = set(map(len, records))
         if lengths - {self.record_bytes}:

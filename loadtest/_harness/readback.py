@@ -34,7 +34,6 @@ from server._errors import (
     OffsetOutOfRange,
     PartitionNotInitialized,
 )
-from server._protocol.codec import decode_batch_bounds
 
 if TYPE_CHECKING:
     from server.leaderless_log_reader import BatchDecoder, LeaderlessLogReader
@@ -82,18 +81,18 @@ class LibraryReadBack:
 
     Built from the run's ``LLOG_*`` settings (``stack.json``'s ``llog_env``),
     or around a ``reader`` the caller owns (and closes). ``decode`` turns each
-    stored batch into records (positions by default); one that also checks
+    stored batch into records (the checked batches themselves by default); one that also checks
     the records' bytes raises ``CorruptBatch`` to have the batch counted missing."""
 
     def __init__(self, llog_env: Mapping[str, str] | None = None, *, reader: LeaderlessLogReader | None = None,
-                 decode: BatchDecoder = decode_batch_bounds) -> None:
-        from server.leaderless_log_reader import LeaderlessLogReader
+                 decode: BatchDecoder | None = None) -> None:
+        from server.leaderless_log_reader import LeaderlessLogReader, stored
 
         if (llog_env is None) == (reader is None):
             raise ValueError("give exactly one of llog_env and reader")
         self._owns_reader = reader is None
         self._reader = reader or LeaderlessLogReader.from_env(dict(llog_env or {}))
-        self._decode = decode
+        self._decode = decode or stored
 
     def __enter__(self) -> LibraryReadBack:
         return self

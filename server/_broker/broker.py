@@ -73,6 +73,7 @@ from .topics import BrokerTopics
 from .config import BrokerConfig
 from .consume import BrokerConsumeService
 from .._protocol.consume_binary import CONSUME_BINARY_CONTENT_TYPE, accepts_binary_consume, encode_binary_consume
+from .produce_encoding import encode_groups
 from .tail_cache import TailCache
 from .tail_cache_file import make_tail_cache
 
@@ -304,23 +305,25 @@ class Broker:
             return self._role_refused("POST /produce", "write")
         started = time.monotonic()
         request = parse_produce_body(body, content_type, max_records=self.config.max_records_per_request)
+        groups = request.groups
+        configs = {} if self.topics is None else self.topics.check_produce(g.tp for g in groups)
+        groups = encode_groups(groups, configs, self.producer.runtime.clock.now_ms())
+        # What the producer buffers is the encoded batches: that is what the cap bounds.
+        nbytes = sum(g.payload_bytes for g in groups)
         cap = self.producer.config.max_buffer_bytes
-        if request.payload_bytes > cap:
+        if nbytes > cap:
             raise TooLarge(
-                f"the request holds {request.payload_bytes} payload bytes, more than the producer's "
+                f"the request's records take {nbytes} bytes as stored batches, more than the producer's "
                 f"buffer of {cap} (LLOG_BATCH_MAX_BUFFER_BYTES); split it",
                 "topic_partitions",
             )
-        groups = request.groups
-        if self.topics is not None:
-            self.topics.check_produce(g.tp for g in groups)
         if not groups:  # a flush-only request (the parser allows none only with flush)
             self.producer.request_flush()
             return Response(200, {"results": [], "success_count": 0, "error_count": 0})
         request_id = _new_request_id()
         log.debug(
             "produce %s: %d batches, %d records, %d payload bytes", request_id, len(groups),
-            request.record_count, request.payload_bytes,
+            request.record_count, nbytes,
         )
         self._writes_begin(groups)
         try:

@@ -28,8 +28,8 @@ A round over the partitions that may have something new:
    blob (blobs in parallel), so slices of one shared WAL blob wanted by
    several partitions are fetched with one range GET per request.
 
-Records travel as ``RecordSpan``s (``record_spans.py``): runs of a stored
-batch's records section, budgeted without a Python object per record.
+Records travel as ``RecordSpan``s (``record_spans.py``): runs of whole
+stored RecordBatch v2 batches, budgeted without a Python object per record.
 
 The byte budget is then handed out in request order over what the cache and
 storage found, so the answer does not depend on which partitions were cached.
@@ -43,11 +43,12 @@ again (a storage partition re-reads Oxia then: an event-driven read, not a
 poll). With no wake-up source (a read process without a shared cache
 directory) a request at the tail answers at ``max_wait_ms``.
 
-Limits (payload bytes): records are added while the partition's bytes stay
-within ``partition_max_bytes`` and the response's within ``max_bytes``;
-a partition's first record may exceed ``partition_max_bytes`` if it fits in
-what is left of ``max_bytes``, and may exceed both when the response holds
-nothing yet, so one oversized record never blocks a consumer.
+Limits (stored batch bytes, as Kafka's fetch): whole batches are added
+while the partition's bytes stay within ``partition_max_bytes`` and the
+response's within ``max_bytes``; a partition's first batch may exceed
+``partition_max_bytes`` if it fits in what is left of ``max_bytes``, and may
+exceed both when the response holds nothing yet, so one oversized batch
+never blocks a consumer.
 
 Offsets: below the log start (1) is a per-partition OFFSET_OUT_OF_RANGE; an
 uninitialized partition is UNKNOWN_TOPIC_OR_PARTITION; an offset past the

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from .._errors import LlogError, ObjectNotFound
-from .._log.reader import LeaderlessLogReader, ResolvedBatch
-from .._protocol.codec import BatchBounds, decode_batch_bounds
+from .._log.reader import LeaderlessLogReader, ResolvedBatch, stored
+from .._protocol.stored_batches import StoredBatches
 from .._protocol.keys import PartitionKeys, TopicPartition
 from .._metrics import LlogMetrics
 from .._protocol.http_json import ConsumePartition
@@ -24,8 +24,6 @@ from .._protocol.record_spans import RecordSpan
 
 __all__ = ["Fetch", "StorageReads", "MAX_BATCHES_PER_PARTITION"]
 
-_BATCH_HEADER_BYTES = 20
-_RECORD_PREFIX_BYTES = 4
 MAX_BATCHES_PER_PARTITION = 256
 """Index entries one partition resolves per round (bounds one request's work)."""
 
@@ -145,21 +143,21 @@ class StorageReads:
     def _fetch(
         self, items: list[tuple[PartitionKeys, ResolvedBatch]], owners: list[Fetch],
         reread: dict[int, list[RecordSpan]],
-    ) -> list[BatchBounds | None]:
+    ) -> list[StoredBatches | None]:
         """Every batch's records: one ``fetch_many`` per blob (so slices of one
         shared blob wanted by several partitions cost one range GET), blobs in
         parallel. When a blob fails, its partitions are retried one by one so
         one bad partition does not fail the others; a partition whose WAL
         object is gone is read anew into ``reread`` (by ``id(fetch)``)."""
         fetch_many = self.reader.fetch_many
-        out: list[BatchBounds | None] = [None] * len(items)
+        out: list[StoredBatches | None] = [None] * len(items)
         by_blob: dict[str, list[int]] = {}
         for i, (_, batch) in enumerate(items):
             by_blob.setdefault(batch.entry.data_key, []).append(i)
         groups = list(by_blob.values())
         failed: list[int] = []
         for idxs, got in zip(
-            groups, self._map(lambda g: fetch_many([items[i] for i in g], decode_batch_bounds), groups)
+            groups, self._map(lambda g: fetch_many([items[i] for i in g], stored), groups)
         ):
             if isinstance(got, LlogError):
                 failed += idxs
@@ -172,7 +170,7 @@ class StorageReads:
         for idxs in by_owner.values():
             f = owners[idxs[0]]
             try:
-                got = fetch_many([items[i] for i in idxs], decode_batch_bounds)
+                got = fetch_many([items[i] for i in idxs], stored)
             except ObjectNotFound:
                 # The WAL object was vacuumed after a compaction: the reader's
                 # own scan resolves the compacted entry that covers it, and
@@ -195,10 +193,8 @@ class StorageReads:
         through ``iter_runs`` (a scan of the index as it is now)."""
         try:
             return [
-                RecordSpan(run.first, run.records, run.first - run.base_offset, run.last - run.base_offset + 1)
-                for run in self.reader.iter_runs(
-                    f.tp.topic, f.tp.partition, f.next_offset, end, decode=decode_batch_bounds
-                )
+                RecordSpan.covering(run.records, run.base_offset, run.first, run.last)
+                for run in self.reader.iter_runs(f.tp.topic, f.tp.partition, f.next_offset, end, decode=stored)
             ]
         except LlogError as exc:
             f.fail(exc)
@@ -206,25 +202,24 @@ class StorageReads:
 
     @staticmethod
     def _spans(
-        f: Fetch, batches: list[ResolvedBatch], by_batch: dict[int, BatchBounds | None]
+        f: Fetch, batches: list[ResolvedBatch], by_batch: dict[int, StoredBatches | None]
     ) -> Iterable[RecordSpan]:
         expected = f.next_offset
         for b in batches:
-            bounds = by_batch.get(id(b))
-            if not bounds or b.start_offset > expected:
+            got = by_batch.get(id(b))
+            if not got or b.start_offset > expected:
                 return
-            yield RecordSpan.whole(b.start_offset, bounds).since(expected)
+            yield RecordSpan.whole(b.start_offset, got).since(expected)
             expected = b.end_offset + 1
 
 
 def _payload_estimate(batch: ResolvedBatch, from_offset: int) -> float:
-    """Payload bytes of ``batch`` from ``from_offset`` on, from the index entry
-    alone (its byte length minus the batch framing); unknown (whole-object
-    entries) counts as unbounded so planning stops there."""
+    """Bytes of ``batch`` from ``from_offset`` on, from the index entry alone
+    (a share of its byte length); unknown (whole-object entries) counts as
+    unbounded so planning stops there."""
     entry = batch.entry
     if entry.byte_length is None:
         return float("inf")
     count = batch.end_offset - batch.start_offset + 1
-    payload = entry.byte_length - _BATCH_HEADER_BYTES - _RECORD_PREFIX_BYTES * count
     wanted = batch.end_offset - max(from_offset, batch.start_offset) + 1
-    return max(0, payload) * wanted / count
+    return entry.byte_length * wanted / count

@@ -46,6 +46,7 @@ from typing import Iterable, NamedTuple, Protocol, Sequence
 from .._protocol.keys import TopicPartition
 from .._metrics import LlogMetrics
 from .._protocol.record_spans import RecordSpan, spans_of, take_records
+from .._protocol.stored_batches import StoredBatches
 
 __all__ = [
     "HIT",
@@ -59,6 +60,7 @@ __all__ = [
     "MemoryTailCache",
     "CacheRun",
     "place_slice",
+    "place_batches",
     "answer_without_records",
 ]
 
@@ -76,9 +78,9 @@ class CacheLookup(NamedTuple):
     """The records from the asked offset on (HIT; may be empty when limits allow nothing)."""
 
     @property
-    def records(self) -> list[tuple[int, bytes]]:
-        """``(offset, payload)`` per record of ``spans``."""
-        return [item for span in self.spans for item in span.items()]
+    def records(self) -> list[tuple[int, bytes | None]]:
+        """``(offset, value)`` per record of ``spans``."""
+        return [(offset, r.value) for span in self.spans for offset, r in span.items()]
 
 
 def answer_without_records(base: int, hw: int, offset: int) -> CacheLookup | None:
@@ -202,7 +204,7 @@ class TailCache(Protocol):
     what its poller sees); consume requests wait on it. The cache owns it, so
     the waiting and the notifying side cannot be two different registries."""
 
-    def publish(self, tp: TopicPartition, start_offset: int, payloads: Sequence[bytes]) -> None:
+    def publish(self, tp: TopicPartition, start_offset: int, payloads: StoredBatches) -> None:
         """Committed records ``start_offset ..`` of ``tp`` (from a flush result)."""
         ...
 
@@ -228,7 +230,7 @@ class NullTailCache:
     def __init__(self, signals: TailSignals | None = None) -> None:
         self.signals = signals or TailSignals()
 
-    def publish(self, tp: TopicPartition, start_offset: int, payloads: Sequence[bytes]) -> None:
+    def publish(self, tp: TopicPartition, start_offset: int, payloads: StoredBatches) -> None:
         self.signals.notify(tp)
 
     def lookup(self, tp: TopicPartition, offset: int, limit: int, first_limit: int | None) -> CacheLookup:
@@ -288,6 +290,20 @@ def place_slice(run: CacheRun | None, start: int, end: int) -> tuple[str, int, i
     return "append", run.hw + 1, end  # overlaps the end: keep what is new
 
 
+def place_batches(run: CacheRun | None, start: int, batches: StoredBatches) -> tuple[str, int, int]:
+    """:func:`place_slice` for ``batches`` (record 0 at ``start``), kept as whole
+    batches: a slice that overlaps the run's end inside one of its batches
+    restarts the run at that batch (``reset``). A batch cannot be split, and
+    kept whole after the run's own records it would repeat offsets, which the
+    binary consume answer cannot carry (its batches' offsets follow each other)."""
+    action, keep_start, keep_end = place_slice(run, start, start + len(batches) - 1)
+    if action == "append" and keep_start > start:
+        batch_start = start + batches.record_starts[batches.batch_of(keep_start - start)]
+        if batch_start < keep_start:
+            return "reset", batch_start, keep_end
+    return action, keep_start, keep_end
+
+
 # -- in memory ---------------------------------------------------------------------
 
 
@@ -313,28 +329,24 @@ class MemoryTailCache:
     def bytes_held(self) -> int:
         return self._bytes
 
-    def publish(self, tp: TopicPartition, start_offset: int, payloads: Sequence[bytes]) -> None:
-        # Held as record spans: EncodedRecords (a binary produce body) as they
-        # are, since slicing every record out here would cost the flusher
-        # thread, which runs this, what the binary body saved; other payloads
-        # packed once, so lookups and answers never handle single records.
+    def publish(self, tp: TopicPartition, start_offset: int, payloads: StoredBatches) -> None:
+        # Held as the stored batches themselves: lookups and answers never
+        # handle single records.
         if len(payloads):
-            spans = spans_of(start_offset, payloads)
             with self._lock:
-                self._insert(tp, start_offset, spans)
+                self._insert(tp, start_offset, payloads)
                 self._evict()
                 self._forget_dropped()
                 self._metrics.set_gauge("tail_cache_bytes", self._bytes)
             self._metrics.inc("tail_cache_published_records_total", len(payloads))
         self.signals.notify(tp)
 
-    def _insert(self, tp: TopicPartition, start: int, spans: list[RecordSpan]) -> None:
-        end = spans[-1].last
+    def _insert(self, tp: TopicPartition, start: int, payloads: StoredBatches) -> None:
         run = self._runs.get(tp)
-        action, keep_start, keep_end = place_slice(run, start, end)
+        action, keep_start, keep_end = place_batches(run, start, payloads)
         if action == "ignore":
             return
-        kept = [s.since(keep_start) for s in spans if s.last >= keep_start]
+        kept = [s.since(keep_start) for s in spans_of(start, payloads) if s.last >= keep_start]
         seg = _Segment(keep_start, keep_end, sum(s.payload_bytes for s in kept), kept)
         if action == "reset" or run is None:
             if run is not None:

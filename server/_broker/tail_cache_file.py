@@ -3,23 +3,28 @@
 Layout (topic names are validated by ``TopicPartition`` before they become a
 path segment, so ``/`` or ``..`` can never escape the directory)::
 
-    {dir}/v1/{ns}/{topic}/{partition}/state         "llog-tail-cache 1", "base hw",
+    {dir}/v2/{ns}/{topic}/{partition}/state         "llog-tail-cache 1", "base hw",
                                                      then one "start end bytes" line per segment
-    {dir}/v1/{ns}/{topic}/{partition}/{start:020d}-{end:020d}.seg   a bytes-batch-v1 batch (CRC'd)
-    {dir}/v1/{ns}/{topic}/{partition}/.lock         flock serializing writer processes
+    {dir}/v2/{ns}/{topic}/{partition}/{start:020d}-{end:020d}.seg   records start..end: the i64
+                                                     offset of its first batch's first record
+                                                     (<= start), then whole RecordBatch v2 batches
+    {dir}/v2/{ns}/{topic}/{partition}/.lock         flock serializing writer processes
 
 ``ns`` is a hash of the Oxia address, namespace and root prefix, so logs
 never share entries. Every file is written to a temporary name and published
 with ``os.replace``: a reader sees the old file or the new one, never a torn
-one; segment bytes are CRC-checked as well. A segment's name fixes its
-offsets and offsets are written once, so a segment is correct even when the
-state that listed it is stale. A missing, corrupt or evicted file is a MISS.
-A write process starts by moving its namespace away, so nothing survives a
-restart of the writer.
+one; segment bytes are CRC-checked as well (each batch's CRC-32C). A segment
+holds whole batches (a slice is kept from one of its batch boundaries: see
+``place_batches``); a reader skips any records before the name's start. A
+segment's name fixes its offsets and offsets are written once, so a segment
+is correct even when the state that listed it is stale. A missing, corrupt or
+evicted file is a MISS. A write process starts by moving its namespace away,
+so nothing survives a restart of the writer.
 
 The run rules are those of ``tail_cache.py`` (one contiguous run per
-partition; see ``place_slice``). Writes happen on one named publisher thread, in
-publish order, so the flusher that publishes is never slowed by disk I/O.
+partition; see ``place_slice`` and ``place_batches``). Writes happen on one
+named publisher thread, in publish order, so the flusher that publishes is
+never slowed by disk I/O.
 
 A read process cannot be notified by a write process's publish, so while
 consume requests wait, one poller thread stats the waited partitions'
@@ -35,14 +40,15 @@ import logging
 import os
 import queue
 import shutil
+import struct
 import threading
 import uuid
 from collections import deque
 from pathlib import Path
-from typing import Iterable, NamedTuple, Sequence
+from typing import Iterable, NamedTuple
 
 from .._errors import CorruptBatch
-from .._protocol.codec import EncodedRecords, decode_batch_bounds, encode_batch
+from .._protocol.stored_batches import StoredBatches
 from .._protocol.keys import TopicPartition
 from .._metrics import LlogMetrics
 from .._config import OxiaConfig
@@ -57,7 +63,7 @@ from .tail_cache import (
     TailCache,
     TailSignals,
     answer_without_records,
-    place_slice,
+    place_batches,
 )
 from .._protocol.record_spans import RecordSpan, take_records
 
@@ -66,6 +72,7 @@ __all__ = ["FileTailCache", "namespace_key", "make_tail_cache"]
 log = logging.getLogger(__name__)
 
 _STATE_MAGIC = "llog-tail-cache 1"
+_I64 = struct.Struct(">q")
 
 
 def namespace_key(oxia_address: str, oxia_namespace: str, root_prefix: str) -> str:
@@ -139,7 +146,7 @@ class FileTailCache:
         poll_ms: int = 10,
     ) -> None:
         self.max_bytes = max_bytes
-        self._dir = Path(directory) / "v1" / namespace
+        self._dir = Path(directory) / "v2" / namespace
         self.signals = signals or TailSignals()
         self._metrics = metrics or LlogMetrics()
         self._poll_s = poll_ms / 1000.0
@@ -181,12 +188,11 @@ class FileTailCache:
         self._dir.mkdir(parents=True, exist_ok=True)
 
     # -- writer side ---------------------------------------------------------------
-    def publish(self, tp: TopicPartition, start_offset: int, payloads: Sequence[bytes]) -> None:
+    def publish(self, tp: TopicPartition, start_offset: int, payloads: StoredBatches) -> None:
         if self._publisher is None or not payloads:
             self.signals.notify(tp)
             return
-        # EncodedRecords stay encoded: encode_batch splices them on the publisher thread.
-        self._queue.put((tp, start_offset, payloads if isinstance(payloads, EncodedRecords) else tuple(payloads)))
+        self._queue.put((tp, start_offset, payloads))
 
     def flush(self, timeout_s: float = 10.0) -> None:
         """Wait until everything published so far is on disk."""
@@ -216,20 +222,21 @@ class FileTailCache:
         pdir.mkdir(parents=True, exist_ok=True)
         return _FileLock(pdir / ".lock")
 
-    def _publish_now(self, tp: TopicPartition, start: int, payloads: Sequence[bytes]) -> None:
-        end = start + len(payloads) - 1
+    def _publish_now(self, tp: TopicPartition, start: int, payloads: StoredBatches) -> None:
         pdir = self._pdir(tp)
         with self._locked(pdir):
             state = self._read_state(pdir)
             run = None if state is None else CacheRun(state.base, state.hw)
-            action, keep_start, keep_end = place_slice(run, start, end)
+            action, keep_start, keep_end = place_batches(run, start, payloads)
             if action == "ignore":
                 return
             segs = [] if state is None or action == "reset" else list(state.segments)
             dropped = [] if state is None or action != "reset" else list(state.segments)
             base = keep_start if action == "reset" or state is None else state.base
             hw = keep_end if state is None or action == "reset" else max(state.hw, keep_end)
-            data = encode_batch(payloads[keep_start - start:] if keep_start > start else payloads)
+            lo = payloads.batch_of(keep_start - start)
+            first = start + payloads.record_starts[lo]
+            data = _I64.pack(first) + bytes(memoryview(payloads.data)[payloads.byte_starts[lo]:])
             if len(data) > self.max_bytes:
                 if action != "prepend":  # too big: only move the high watermark
                     dropped += segs
@@ -324,13 +331,18 @@ class FileTailCache:
                     continue
                 try:
                     data = (pdir / _segment_name(s, e)).read_bytes()
-                    bounds = decode_batch_bounds(data, expected_count=e - s + 1)
+                    if len(data) < _I64.size:
+                        raise CorruptBatch("segment shorter than its offset")
+                    (first,) = _I64.unpack_from(data)
+                    if first > s:
+                        raise CorruptBatch("segment starts after its name")
+                    batches = StoredBatches.check(memoryview(data)[_I64.size:], expected_count=e - first + 1)
                 except (OSError, CorruptBatch):
                     # Evicted or damaged meanwhile: what was read is still exact.
                     self._metrics.inc("tail_cache_errors_total", op="read_segment")
                     failed.append(True)
                     return
-                yield RecordSpan.whole(s, bounds).since(offset)
+                yield RecordSpan.whole(first, batches).since(max(s, offset))
             if expected <= state.hw:
                 failed.append(True)
 

@@ -25,6 +25,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from .._catalogue.catalogue import TopicCatalogue
 from .._catalogue.record import TopicRecord
+from .._catalogue.topic_config import TopicConfig
 from .._errors import InvalidRequest, TopicAlreadyExists, UnknownTopic
 from .._http_server import Response
 from .._protocol.http_json import InvalidField, parse_json_body
@@ -56,10 +57,11 @@ class BrokerTopics:
         self._lock = threading.Lock()
 
     # -- checks ------------------------------------------------------------------------------------
-    def check_produce(self, tps: Iterable[TopicPartition]) -> None:
-        """Every partition a produce names exists, creating or adopting topics as the module docstring says.
-        Raises UnknownTopic (a topic that does not exist and may not be created) or InvalidField
-        (a partition past its topic's count)."""
+    def check_produce(self, tps: Iterable[TopicPartition]) -> dict[str, TopicConfig]:
+        """Every partition a produce names exists, creating or adopting topics as the module docstring says;
+        returns each topic's config. Raises UnknownTopic (a topic that does not exist and may not be
+        created) or InvalidField (a partition past its topic's count)."""
+        configs: dict[str, TopicConfig] = {}
         wanted: dict[str, int] = {}
         for tp in tps:
             wanted[tp.topic] = max(wanted.get(tp.topic, 0), tp.partition)
@@ -71,6 +73,8 @@ class BrokerTopics:
                     f"(0-{topic.partitions - 1}); partition {highest} does not exist (add partitions with "
                     f"PATCH /topics/{name})", "partition", topic=name, partition=highest,
                 )
+            configs[name] = topic.config
+        return configs
 
     def check_consume(self, tp: TopicPartition) -> None:
         """UnknownTopic unless ``tp`` is a partition of a live topic (adopting an old one)."""

@@ -39,9 +39,10 @@ from typing import Callable, Mapping
 
 from .._config import OxiaConfig, S3Config
 from .._errors import InconsistentReadState, InvalidRequest, ObjectNotFound, PartitionNotInitialized, VersionConflict
-from .._log.reader import LeaderlessLogReader, ResolvedBatch
+from .._log.reader import LeaderlessLogReader, ResolvedBatch, stored
 from .._log import recovery
-from .._protocol.codec import BATCH_ENCODING, encode_batch
+from .._protocol.kafka_batch import ENCODING
+from .._protocol.stored_batches import StoredBatches
 from .._protocol.constants import REFERENCE_DEADLINE_MS, check_reference_deadline
 from .._protocol.keys import LogLayout, PartitionKeys
 from .._protocol.records import (
@@ -193,7 +194,7 @@ class LeaderlessLogCompactor(Closeable):
         built = self._build(keys, selected)
         if built is None:
             return replace(base, outcome=CompactionOutcome.CONFLICT)
-        data_key, created_at_ms, bytes_written = built
+        data_key, created_at_ms, bytes_written, max_timestamp_ms = built
         bytes_read = sum(b.entry.byte_length or 0 for _, b in selected)
 
         # K5: record the intent, unless the object is already too old to reference.
@@ -207,9 +208,10 @@ class LeaderlessLogCompactor(Closeable):
             end_offset=end,
             msg_count=end - start + 1,
             data_key=data_key,
-            encoding=BATCH_ENCODING,
+            encoding=ENCODING,
             created_at_ms=created_at_ms,
             last_entry_start_offset=selected[-1][1].start_offset,
+            max_timestamp_ms=max_timestamp_ms,
         )
         try:
             version = self._meta.put(
@@ -242,33 +244,37 @@ class LeaderlessLogCompactor(Closeable):
             data_key=data_key, source_entries=len(selected), bytes_read=bytes_read, bytes_written=bytes_written,
         )
 
-    def _build(self, keys: PartitionKeys, selected: list[tuple[Record, ResolvedBatch]]) -> tuple[str, int, int] | None:
-        """K4: fetch the selected batches and PUT them as one compacted object.
-        Returns ``(data_key, created_at_ms, bytes written)``, or None when
-        another compaction took the range over meanwhile."""
+    def _build(
+        self, keys: PartitionKeys, selected: list[tuple[Record, ResolvedBatch]]
+    ) -> tuple[str, int, int, int] | None:
+        """K4: fetch the selected batches and PUT them, back to back as they
+        are stored, as one compacted object (a ``bytes-batch-v1`` slice is
+        rewritten as a batch stamped with its entry's ``created_at_ms``).
+        Returns ``(data_key, created_at_ms, bytes written, max timestamp)``,
+        or None when another compaction took the range over meanwhile."""
         t = self.runtime.clock.perf_counter()
         start, end = selected[0][1].start_offset, selected[-1][1].end_offset
         try:
-            payload_lists = self._reader.fetch_many([(keys, batch) for _, batch in selected])
+            slices = self._reader.fetch_many([(keys, batch) for _, batch in selected], stored)
         except ObjectNotFound:
             if self._selection_overtaken(keys, start):
                 # Another compactor compacted this range while we stalled, and
                 # vacuum took the WAL objects it no longer needed.
                 return None
             raise
-        payloads = [p for batch_payloads in payload_lists for p in batch_payloads]
-        if len(payloads) != end - start + 1:
+        joined = StoredBatches.join(slices)
+        if len(joined) != end - start + 1:
             raise InconsistentReadState(
-                f"selected entries hold {len(payloads)} records, expected {end - start + 1}",
+                f"selected entries hold {len(joined)} records, expected {end - start + 1}",
                 topic=keys.tp.topic, partition=keys.tp.partition, offset=start,
             )
-        body = encode_batch(payloads)
+        body = joined.data
         created_at_ms = self.runtime.clock.now_ms()
         object_key = keys.compacted_object(str(self.runtime.ids.uuid4()))
         self._objects.put(self.bucket, object_key, body)
         self._stage("build", t)
         self._step("blob_written")
-        return f"s3://{self.bucket}/{object_key}", created_at_ms, len(body)
+        return f"s3://{self.bucket}/{object_key}", created_at_ms, len(body), joined.max_timestamp
 
     # -- K1 -------------------------------------------------------------------------
     def _recover_pending(self, keys: PartitionKeys) -> tuple[int, int, bool]:
@@ -459,10 +465,11 @@ class LeaderlessLogCompactor(Closeable):
             type=EntryType.COMPACTED,
             msg_count=record.msg_count,
             data_key=record.data_key,
-            encoding=BATCH_ENCODING,
+            encoding=record.encoding,
             byte_offset=None,
             byte_length=None,
             created_at_ms=record.created_at_ms,
+            max_timestamp_ms=record.max_timestamp_ms,
         )
 
     def _step(self, name: str) -> None:

@@ -40,7 +40,7 @@ from typing import Mapping, Sequence
 
 from .._config import BatchConfig
 from .._errors import BackPressureRejected, InvalidRequest, LlogError, OutcomeUnknown, ProducerClosed
-from .._protocol.codec import join_payloads
+from .._protocol.stored_batches import StoredBatches
 from .._protocol.keys import TopicPartition
 from .._protocol.structs import AppendResult, SharedAppendGroup, validate_groups
 from .._metrics import LlogMetrics
@@ -70,7 +70,7 @@ class _Flush:
     batch: list[_Submission]
     started: float
     slots: OrderedDict[TopicPartition, list[tuple[_Submission, int, int]]]
-    payloads: dict[TopicPartition, list[bytes]]
+    payloads: dict[TopicPartition, StoredBatches]
     tps: list[TopicPartition]
     init_errors: dict[TopicPartition, LlogError]
     staged: Future | None
@@ -339,19 +339,20 @@ class BatchingProducer:
         started = self.runtime.clock.monotonic()
         for sub in batch:
             self.metrics.observe("batcher_queue_wait_seconds", started - sub.enqueued_at)
-        # One aggregated group per partition, payloads in submission order.
-        # Payloads sent encoded (EncodedRecords) stay encoded: join_payloads
-        # splices them without touching each record.
+        # One aggregated group per partition, batches in submission order.
+        # Groups sent encoded (StoredBatches) are joined as they are, without
+        # touching each record; the others are stamped with this flush's time.
+        now_ms = self.runtime.clock.now_ms()
         slots: OrderedDict[TopicPartition, list[tuple[_Submission, int, int]]] = OrderedDict()
-        parts: dict[TopicPartition, list[Sequence[bytes]]] = {}
+        parts: dict[TopicPartition, list[StoredBatches]] = {}
         counts: dict[TopicPartition, int] = {}
         for sub in batch:
             for i, g in enumerate(sub.groups):
                 tp = g.tp
                 slots.setdefault(tp, []).append((sub, i, counts.get(tp, 0)))
-                parts.setdefault(tp, []).append(g.payloads)
+                parts.setdefault(tp, []).append(g.encode(now_ms))
                 counts[tp] = counts.get(tp, 0) + len(g.payloads)
-        payloads = {tp: join_payloads(seqs) for tp, seqs in parts.items()}
+        payloads = {tp: StoredBatches.join(seqs) for tp, seqs in parts.items()}
 
         init_errors: dict[TopicPartition, LlogError] = {}
         if self.auto_initialize:

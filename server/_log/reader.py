@@ -20,9 +20,11 @@ blob) and decodes them, verifying length, CRC and record count.
   wanted is passed over, and the COMPACTED entry that holds the offset is
   found further on. Only a COMPACTED entry past the offset (or the end of
   the index) ends the search.
-- ``iter_runs``: the same scan a stored batch at a time (a ``RecordRun``),
-  decoded by a pluggable ``BatchDecoder``; the Spark source decodes to
-  positions and builds Arrow columns without a Python object per record.
+- ``iter_runs``: the same scan a stored slice at a time (a ``RecordRun``),
+  decoded by a pluggable ``BatchDecoder`` from the slice's checked
+  :class:`StoredBatches` (a ``bytes-batch-v1`` slice of the reference
+  system reads as value-only records stamped with its entry's
+  ``created_at_ms``).
 
 Offsets are inclusive everywhere; the log starts at offset 1 and the high
 watermark is ``sequence_counter - 1``. A scan reads up to the high
@@ -45,7 +47,9 @@ from .._errors import (
     OffsetOutOfRange,
     PartitionNotInitialized,
 )
-from .._protocol.codec import BATCH_ENCODING, SHARED_MAGIC, decode_batch, decode_shared_header
+from .._protocol.codec import SHARED_MAGIC, decode_shared_header
+from .._protocol.kafka_batch import Record
+from .._protocol.stored_batches import StoredBatches, decode_stored
 from .._protocol.keys import LogLayout, PartitionKeys, parse_s3_uri
 from .._protocol.records import CompactionCursor, ControlRecord, EntryType, IndexEntry
 from .._protocol.structs import ReadRecord
@@ -58,6 +62,8 @@ from .index import covering_entry
 
 __all__ = [
     "BatchDecoder",
+    "all_records",
+    "stored",
     "LeaderlessLogReader",
     "ReadRecord",
     "RecordRun",
@@ -85,11 +91,18 @@ class ResolvedBatch:
 
 
 T = TypeVar("T")
-BatchDecoder = Callable[[bytes, int], T]
-"""Turns one batch's exact bytes and its index record count into records:
-:func:`~server._protocol.codec.decode_batch` (a list of payloads, the default) or
-:func:`~server._protocol.codec.decode_batch_bounds` (positions, for columnar readers).
-Raises CorruptBatch."""
+BatchDecoder = Callable[[StoredBatches], T]
+"""Turns one entry's checked batches into records: :func:`all_records` (a
+list of :class:`Record`, the default) or, for a bulk reader, anything else
+(``StoredBatches`` themselves with :func:`stored`). Raises CorruptBatch."""
+
+
+def all_records(batches: StoredBatches) -> list[Record]:
+    return batches.all_records()
+
+
+def stored(batches: StoredBatches) -> StoredBatches:
+    return batches
 
 
 @dataclass(frozen=True)
@@ -226,8 +239,8 @@ class LeaderlessLogReader(Closeable):
         return ResolvedBatch(p.start_offset, p.end_offset, p.index_entry(), from_pending=True)
 
     # -- bytes -------------------------------------------------------------------
-    def fetch_batch(self, keys: PartitionKeys, batch: ResolvedBatch, decode: BatchDecoder = decode_batch):
-        """Download and decode one batch's records (a list of payloads by default)."""
+    def fetch_batch(self, keys: PartitionKeys, batch: ResolvedBatch, decode: BatchDecoder = all_records):
+        """Download and decode one batch's records (a list of :class:`Record` by default)."""
         entry = batch.entry
         bucket, key = parse_s3_uri(entry.data_key)
         if entry.byte_offset is not None and entry.byte_length is not None:
@@ -239,10 +252,10 @@ class LeaderlessLogReader(Closeable):
         return self._decode(keys, batch, data, decode)
 
     def fetch_many(
-        self, items: Sequence[tuple[PartitionKeys, ResolvedBatch]], decode: BatchDecoder = decode_batch
+        self, items: Sequence[tuple[PartitionKeys, ResolvedBatch]], decode: BatchDecoder = all_records
     ) -> list:
         """Decode many batches with as few S3 GETs as possible (each a list of
-        payloads by default, or what ``decode`` makes of it).
+        records by default, or what ``decode`` makes of it).
 
         Slices of one blob that lie within ``MERGE_GAP_BYTES`` of each other
         are fetched with a single range GET spanning them (the slices of one
@@ -284,15 +297,11 @@ class LeaderlessLogReader(Closeable):
         return max(items[j][1].entry.byte_offset + items[j][1].entry.byte_length for j in run)
 
     def _decode(
-        self, keys: PartitionKeys, batch: ResolvedBatch, data: bytes | memoryview, decode: BatchDecoder = decode_batch
+        self, keys: PartitionKeys, batch: ResolvedBatch, data: bytes | memoryview, decode: BatchDecoder = all_records
     ):
-        if batch.entry.encoding != BATCH_ENCODING:
-            raise CorruptBatch(
-                f"unsupported encoding {batch.entry.encoding!r}",
-                topic=keys.tp.topic, partition=keys.tp.partition, offset=batch.start_offset,
-            )
+        entry = batch.entry
         try:
-            return decode(data, batch.entry.msg_count)
+            return decode(decode_stored(data, entry.encoding, entry.msg_count, entry.created_at_ms))
         except CorruptBatch as exc:
             raise CorruptBatch(
                 f"{exc.message} in {batch.entry.data_key}", topic=keys.tp.topic,
@@ -319,12 +328,12 @@ class LeaderlessLogReader(Closeable):
         self._check_offset(keys, control, offset)
         batch = self._resolve(keys, control, offset)
         try:
-            payloads = self.fetch_batch(keys, batch)
+            records = self.fetch_batch(keys, batch)
         except ObjectNotFound:
             batch = self._compacted_cover(keys, offset)
-            payloads = self.fetch_batch(keys, batch)
+            records = self.fetch_batch(keys, batch)
         self.metrics.inc("reader_records_total")
-        return ReadRecord(topic, partition, offset, payloads[offset - batch.start_offset])
+        return read_record(topic, partition, offset, records[offset - batch.start_offset])
 
     def read_range(self, topic: str, partition: int, start: int, end: int) -> list[ReadRecord]:
         """Records ``start`` through ``end`` (inclusive)."""
@@ -407,7 +416,7 @@ class LeaderlessLogReader(Closeable):
             )
 
     def iter_runs(
-        self, topic: str, partition: int, offset: int, end: int | None = None, *, decode: BatchDecoder = decode_batch
+        self, topic: str, partition: int, offset: int, end: int | None = None, *, decode: BatchDecoder = all_records
     ) -> Iterator[RecordRun]:
         """Like :meth:`iter_from`, a batch at a time: one :class:`RecordRun`
         per batch, its records made by ``decode``. For readers that handle
@@ -421,7 +430,7 @@ class LeaderlessLogReader(Closeable):
         return self._runs(keys, control, offset, last, decode)
 
     def _scan(self, keys: PartitionKeys, control: ControlRecord, start: int, end: int) -> Iterator[ReadRecord]:
-        return _records_of(self._runs(keys, control, start, end, decode_batch))
+        return _records_of(self._runs(keys, control, start, end, all_records))
 
     def _runs(
         self, keys: PartitionKeys, control: ControlRecord, start: int, end: int, decode: BatchDecoder
@@ -459,8 +468,13 @@ class LeaderlessLogReader(Closeable):
                 fut.cancel()
 
 
-def _records_of(runs: Iterator[RecordRun[list[bytes]]]) -> Iterator[ReadRecord]:
+def read_record(topic: str, partition: int, offset: int, r: Record) -> ReadRecord:
+    return ReadRecord(topic, partition, offset, r.value, r.key, r.headers, r.timestamp_ms,  # type: ignore[arg-type]
+                      r.timestamp_type)
+
+
+def _records_of(runs: Iterator[RecordRun[list[Record]]]) -> Iterator[ReadRecord]:
     for run in runs:
-        payloads, base = run.records, run.base_offset
+        records, base = run.records, run.base_offset
         for off in range(run.first, run.last + 1):
-            yield ReadRecord(run.topic, run.partition, off, payloads[off - base])
+            yield read_record(run.topic, run.partition, off, records[off - base])

@@ -1,7 +1,8 @@
 """The first half of a shared append: the blob and its pending appends.
 
 A flush writes one shared WAL blob (``encode_shared_blob``: one
-``bytes-batch-v1`` body per partition group) and then commits each group.
+``kafka-batch-v2`` body per partition group, the group's batches back to
+back) and then commits each group.
 :func:`build_staged` encodes the blob and the groups' pending-append
 templates (offsets still 0: the commit assigns them); the writer PUTs the
 blob and returns a :class:`StagedBlob`, which reserves nothing, so stages may
@@ -13,7 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from .._protocol.codec import BATCH_ENCODING, encode_batch, encode_shared_blob
+from .._protocol.codec import encode_shared_blob
+from .._protocol.kafka_batch import ENCODING
 from .._protocol.records import EntryType, PendingAppend
 from .._protocol.structs import AppendResult, SharedAppendGroup
 from .._runtime import REAL_RUNTIME, Runtime
@@ -37,14 +39,16 @@ def build_staged(groups: Sequence[SharedAppendGroup], wal_uri: str, created_at_m
                  runtime: Runtime = REAL_RUNTIME) -> tuple[bytes, tuple[PendingAppend, ...]]:
     """The shared blob of ``groups`` and each group's pending-append template
     (``append_id`` from ``runtime.ids``)."""
-    bodies = [(g.topic, g.partition, len(g.payloads), encode_batch(g.payloads)) for g in groups]
-    blob, parts = encode_shared_blob(bodies, created_at_ms)
+    encoded = [g.encode(created_at_ms) for g in groups]
+    bodies = [(g.topic, g.partition, len(e), e.data) for g, e in zip(groups, encoded)]
+    blob, parts = encode_shared_blob(bodies, created_at_ms, ENCODING)
     templates = tuple(
         PendingAppend(
-            append_id=str(runtime.ids.uuid4()), start_offset=0, end_offset=0, msg_count=len(g.payloads),
-            entry_type=EntryType.WAL, data_key=wal_uri, encoding=BATCH_ENCODING,
+            append_id=str(runtime.ids.uuid4()), start_offset=0, end_offset=0, msg_count=len(e),
+            entry_type=EntryType.WAL, data_key=wal_uri, encoding=ENCODING,
             byte_offset=part.body_offset, byte_length=part.body_length, created_at_ms=created_at_ms,
+            max_timestamp_ms=e.max_timestamp,
         )
-        for g, part in zip(groups, parts)
+        for e, part in zip(encoded, parts)
     )
     return blob, templates

@@ -334,9 +334,9 @@ def _header_json(created_at_ms: int, parts: list[SharedBlobPart]) -> bytes:
 
 
 def encode_shared_blob(
-    groups: Sequence[tuple[str, int, int, bytes]], created_at_ms: int
+    groups: Sequence[tuple[str, int, int, bytes]], created_at_ms: int, encoding: str = BATCH_ENCODING
 ) -> tuple[bytes, list[SharedBlobPart]]:
-    """Pack ``(topic, partition, msg_count, body)`` groups into one LLS1 blob.
+    """Pack ``(topic, partition, msg_count, body)`` groups, each body of ``encoding``, into one LLS1 blob.
 
     Returns the blob and, per group in order, its header entry (whose
     ``body_offset``/``body_length`` are the index's ``byte_offset``/``byte_length``).
@@ -346,7 +346,7 @@ def encode_shared_blob(
         parts = []
         pos = base
         for topic, partition, count, body in groups:
-            parts.append(SharedBlobPart(topic, partition, count, BATCH_ENCODING, pos, len(body)))
+            parts.append(SharedBlobPart(topic, partition, count, encoding, pos, len(body)))
             pos += len(body)
         return parts
 

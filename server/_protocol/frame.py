@@ -16,6 +16,7 @@ from typing import Callable
 
 from .._errors import CorruptBatch, InvalidRequest, LlogError
 from .codec import BATCH_HEADER_SIZE, BatchBounds, decode_batch_bounds
+from .stored_batches import StoredBatches
 from .keys import MAX_TOPIC_LENGTH, validate_topic
 
 __all__ = ["FieldError", "Frame"]
@@ -91,6 +92,22 @@ class Frame:
             return decode_batch_bounds(self.view[pos:end]), end
         except CorruptBatch as exc:
             raise self.error(f"{field} at offset {pos}: {exc.message}", field) from None
+
+    def kafka_batches(self, pos: int, field: str) -> tuple[StoredBatches, int]:
+        """The u32 length at ``pos`` and that many bytes of whole RecordBatch v2
+        batches after it, checked (magic, lengths, CRC-32C), and where the next field begins."""
+        self.need(pos, 4, f"{field}_length")
+        (length,) = _BATCH_LENGTH.unpack_from(self.view, pos)
+        end = pos + 4 + length
+        if end > len(self.view):
+            raise self.error(
+                f"{field}_length {length} at offset {pos} runs past the {self.what}'s end at byte {len(self.view)}",
+                f"{field}_length",
+            )
+        try:
+            return StoredBatches.check(self.view[pos + 4:end]), end
+        except CorruptBatch as exc:
+            raise self.error(f"{field} at offset {pos + 4}: {exc.message}", field) from None
 
     def trailing(self, pos: int, after: str, field: str) -> None:
         """Refuse bytes after the last field (``after`` says what ended there)."""

@@ -7,11 +7,17 @@ Validation errors are :class:`InvalidField` (HTTP 400) or :class:`TooLarge`
 (HTTP 413); both name the offending field with a JSON-path-like string such
 as ``topic_partitions[2].partition``.
 
-Record encoding (both directions): a JSON string is its UTF-8 bytes; an
-object ``{"base64": "..."}`` (exactly that one key, standard alphabet, padded)
-is arbitrary bytes. Consume answers with a string when the stored bytes are
-valid UTF-8 and with ``{"base64": ...}`` otherwise, so what was produced comes
-back byte for byte.
+Bytes (a value, a key, a header value), both directions: a JSON string is
+its UTF-8 bytes; an object ``{"base64": "..."}`` (exactly that one key,
+standard alphabet, padded) is arbitrary bytes. Consume answers with a string
+when the stored bytes are valid UTF-8 and with ``{"base64": ...}``
+otherwise, so what was produced comes back byte for byte.
+
+A produce record is bytes (its value: null key, no headers, the broker's
+time) or an object with any of ``value``, ``key`` (bytes or null),
+``headers`` (an array of ``{"key": string, "value": bytes or null}``) and
+``timestamp_ms`` (an integer). A consumed record is always the object, with
+``offset`` and ``timestamp_type`` besides.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from .._errors import InvalidRequest, LlogError
+from .kafka_batch import Record, TimestampType
 from .keys import validate_topic
 from .outcomes import error_code, error_type_of
 from .structs import AppendResult, SharedAppendGroup
@@ -42,6 +49,7 @@ __all__ = [
     "parse_consume",
     "decode_record",
     "encode_value",
+    "record_json",
     "append_result_json",
     "DEFAULT_MAX_WAIT_MS",
     "DEFAULT_MIN_BYTES",
@@ -160,42 +168,91 @@ def _topic_partitions(doc: Mapping[str, Any], *, allow_empty: bool = False) -> l
 # -- records -------------------------------------------------------------------
 
 
-def decode_record(record: object, field: str) -> bytes:
-    """A produce record (string or ``{"base64": ...}``) as bytes."""
-    if isinstance(record, str):
+def _decode_bytes(value: object, field: str) -> bytes:
+    """A string or ``{"base64": ...}`` as bytes."""
+    if isinstance(value, str):
         try:
-            return record.encode("utf-8")
+            return value.encode("utf-8")
         except UnicodeEncodeError:
             # JSON allows escaped lone surrogates ("\ud800"); UTF-8 does not.
             raise InvalidField(
                 f"{field} is not encodable as UTF-8 (lone surrogate); send bytes as {{\"base64\": ...}}",
                 field,
             ) from None
-    if isinstance(record, dict):
-        if set(record) != {"base64"}:
-            raise InvalidField(
-                f"{field} must be a string or an object with the single key \"base64\", "
-                f"got keys {sorted(record)}",
-                field,
-            )
-        text = record["base64"]
+    if isinstance(value, dict) and set(value) == {"base64"}:
+        text = value["base64"]
         if not isinstance(text, str):
             raise InvalidField(f"{field}.base64 must be a string, got {_json_type(text)}", f"{field}.base64")
         try:
             return base64.b64decode(text, validate=True)
         except (binascii.Error, ValueError) as exc:
             raise InvalidField(f"{field}.base64 is not valid base64: {exc}", f"{field}.base64") from None
-    raise InvalidField(
-        f"{field} must be a string or {{\"base64\": ...}}, got {_json_type(record)}", field
-    )
+    raise InvalidField(f"{field} must be a string or {{\"base64\": ...}}, got {_json_type(value)}", field)
 
 
-def encode_value(payload: bytes) -> str | dict[str, str]:
-    """Stored bytes for JSON: the text if they are UTF-8, else ``{"base64": ...}``."""
+def _decode_nullable(doc: Mapping[str, Any], name: str, field: str) -> bytes | None:
+    value = doc.get(name)
+    return None if value is None else _decode_bytes(value, f"{field}.{name}")
+
+
+_RECORD_KEYS = frozenset({"value", "key", "headers", "timestamp_ms"})
+
+
+def decode_record(record: object, field: str) -> bytes | Record:
+    """A produce record: a string or ``{"base64": ...}`` (a value) as bytes, a record object as a Record."""
+    if not isinstance(record, dict) or set(record) == {"base64"}:
+        if isinstance(record, (str, dict)):
+            return _decode_bytes(record, field)
+        raise InvalidField(
+            f"{field} must be a string, {{\"base64\": ...}} or a record object "
+            f"{{\"value\", \"key\", \"headers\", \"timestamp_ms\"}}, got {_json_type(record)}", field
+        )
+    unknown = set(record) - _RECORD_KEYS
+    if unknown or not record:
+        raise InvalidField(
+            f"{field} must be {{\"base64\": ...}} or a record object with keys among value, key, headers, "
+            f"timestamp_ms; got keys {sorted(record)}", field,
+        )
+    headers = record.get("headers", [])
+    if not isinstance(headers, list):
+        raise InvalidField(f"{field}.headers must be an array, got {_json_type(headers)}", f"{field}.headers")
+    parsed = []
+    for j, h in enumerate(headers):
+        where = f"{field}.headers[{j}]"
+        if not isinstance(h, dict) or not set(h) <= {"key", "value"} or not isinstance(h.get("key"), str):
+            raise InvalidField(f"{where} must be an object {{\"key\": string, \"value\": bytes or null}}", where)
+        parsed.append((h["key"], _decode_nullable(h, "value", where)))
+    ts = record.get("timestamp_ms")
+    if ts is not None and (isinstance(ts, bool) or not isinstance(ts, int) or not 0 <= ts <= MAX_INT64):
+        raise InvalidField(f"{field}.timestamp_ms must be an integer 0..{MAX_INT64} (ms since the epoch), "
+                           f"got {ts!r}", f"{field}.timestamp_ms")
+    return Record(_decode_nullable(record, "value", field), _decode_nullable(record, "key", field),
+                  tuple(parsed), ts)
+
+
+def encode_value(payload: bytes | None) -> str | dict[str, str] | None:
+    """Stored bytes for JSON: the text if they are UTF-8, else ``{"base64": ...}``; None stays null."""
+    if payload is None:
+        return None
     try:
         return payload.decode("utf-8")
     except UnicodeDecodeError:
         return {"base64": base64.b64encode(payload).decode("ascii")}
+
+
+TIMESTAMP_TYPE_NAMES = {TimestampType.CREATE_TIME: "CreateTime", TimestampType.LOG_APPEND_TIME: "LogAppendTime"}
+
+
+def record_json(offset: int, r: Record) -> dict[str, Any]:
+    """One consumed record: ``offset``, ``value``, ``key``, ``headers``, ``timestamp_ms``, ``timestamp_type``."""
+    return {
+        "offset": offset,
+        "value": encode_value(r.value),
+        "key": encode_value(r.key),
+        "headers": [{"key": k, "value": encode_value(v)} for k, v in r.headers],
+        "timestamp_ms": r.timestamp_ms,
+        "timestamp_type": TIMESTAMP_TYPE_NAMES[r.timestamp_type],
+    }
 
 
 # -- produce -------------------------------------------------------------------
@@ -242,7 +299,7 @@ def parse_produce(doc: Mapping[str, Any], *, max_records: int) -> ProduceRequest
                 "topic_partitions",
             )
         payloads = [decode_record(r, f"{field}[{j}]") for j, r in enumerate(records)]
-        nbytes += sum(len(p) for p in payloads)
+        nbytes += sum(len(p) if isinstance(p, bytes) else len(p.value or b"") + len(p.key or b"") for p in payloads)
         groups.append(SharedAppendGroup(topic, partition, payloads))
     return ProduceRequest(tuple(groups), total, nbytes, flush)
 
@@ -340,8 +397,8 @@ class ConsumedPartition:
     error: LlogError | None = None
 
     @property
-    def records(self) -> tuple[tuple[int, bytes], ...]:
-        """``(offset, payload)`` per record."""
+    def records(self) -> tuple[tuple[int, Record], ...]:
+        """``(offset, record)`` per record."""
         return tuple(item for span in self.spans for item in span.items())
 
     @property
@@ -361,7 +418,7 @@ def consumed_partition_json(part: ConsumedPartition) -> dict[str, Any]:
         "high_watermark": part.high_watermark,
         "log_start_offset": LOG_START_OFFSET,
         "next_fetch_offset": part.next_fetch_offset,
-        "records": [{"offset": off, "value": encode_value(p)} for off, p in part.records],
+        "records": [record_json(off, r) for off, r in part.records],
     }
     if part.error is not None:
         body["error_code"] = error_code(part.error)

@@ -60,6 +60,7 @@ import cramjam
 import google_crc32c
 
 from .._errors import CorruptBatch
+from .kafka_records import Record, TimestampType, parse_records, record_parts, value_parts
 
 __all__ = [
     "ENCODING",
@@ -72,6 +73,8 @@ __all__ = [
     "llog_offset",
     "crc32c",
     "build_batch",
+    "build_values_batch",
+    "with_log_append_time",
     "read_header",
     "check_batch",
     "split_batches",
@@ -102,11 +105,6 @@ class Compression(IntEnum):
     ZSTD = 4
 
 
-class TimestampType(IntEnum):
-    CREATE_TIME = 0
-    LOG_APPEND_TIME = 1
-
-
 def kafka_offset(offset: int) -> int:
     """The Kafka offset of llog offset ``offset`` (llog starts at 1, Kafka at 0)."""
     return offset - 1
@@ -120,18 +118,6 @@ def llog_offset(kafka: int) -> int:
 def crc32c(data: bytes | bytearray | memoryview) -> int:
     """CRC-32C (Castagnoli); the C library takes only ``bytes``, so views are copied (a memcpy)."""
     return google_crc32c.value(data if type(data) is bytes else bytes(data))
-
-
-@dataclass(frozen=True, slots=True)
-class Record:
-    """One record: what a producer sends and a consumer reads."""
-
-    value: bytes | None
-    key: bytes | None = None
-    headers: tuple[tuple[str, bytes | None], ...] = ()
-    timestamp_ms: int = 0
-    offset_delta: int = 0
-    """Position in its batch (decoded records only)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,32 +160,6 @@ class BatchHeader:
         return bool(self.attributes & _CONTROL_BIT)
 
 
-# -- varints --------------------------------------------------------------------------------------
-
-
-def _put_varint(out: bytearray, n: int) -> None:
-    z = (n << 1) ^ (n >> 63)
-    while z > 0x7F:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-
-
-def _get_varint(buf: bytes, pos: int) -> tuple[int, int]:
-    shift = z = 0
-    while True:
-        if pos >= len(buf):
-            raise CorruptBatch("a record ends inside a varint")
-        b = buf[pos]
-        pos += 1
-        z |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return (z >> 1) ^ -(z & 1), pos
-        shift += 7
-        if shift > 63:
-            raise CorruptBatch("a varint is longer than 10 bytes")
-
-
 # -- building -------------------------------------------------------------------------------------
 
 
@@ -224,9 +184,25 @@ def _xerial(data: bytes, block: int = 32 * 1024) -> bytes:
     return bytes(out)
 
 
+def _assemble(
+    parts: list[bytes], count: int, base_ts: int, max_ts: int, *, compression: Compression = Compression.NONE,
+    timestamp_type: TimestampType = TimestampType.CREATE_TIME, producer_id: int = -1, producer_epoch: int = -1,
+    base_sequence: int = -1, base_offset: int = 0, partition_leader_epoch: int = -1,
+) -> bytes:
+    payload = _compress(compression, b"".join(parts))
+    attributes = int(compression) | (_TIMESTAMP_TYPE_BIT if timestamp_type is TimestampType.LOG_APPEND_TIME else 0)
+    header = bytearray(HEADER_SIZE)
+    _HEADER.pack_into(header, 0, base_offset, HEADER_SIZE + len(payload) - 12, partition_leader_epoch, MAGIC, 0,
+                      attributes, count - 1, base_ts, max_ts, producer_id, producer_epoch, base_sequence, count)
+    crc = google_crc32c.extend(google_crc32c.value(bytes(header[_CRC_START:])), payload)
+    struct.pack_into(">I", header, 17, crc)
+    return bytes(header) + payload
+
+
 def build_batch(
     records: Sequence[Record],
     *,
+    now_ms: int | None = None,
     base_timestamp: int | None = None,
     compression: Compression = Compression.NONE,
     timestamp_type: TimestampType = TimestampType.CREATE_TIME,
@@ -237,41 +213,37 @@ def build_batch(
     partition_leader_epoch: int = -1,
 ) -> bytes:
     """One batch of ``records`` (at least one), offset deltas 0..n-1 in order.
-    ``base_timestamp`` defaults to the first record's timestamp."""
+    A record whose ``timestamp_ms`` is None gets ``now_ms``; ``base_timestamp``
+    defaults to the first record's timestamp."""
     if not records:
         raise ValueError("a batch holds at least one record")
-    base_ts = records[0].timestamp_ms if base_timestamp is None else base_timestamp
-    body = bytearray()
-    rec = bytearray()
-    for delta, r in enumerate(records):
-        rec.clear()
-        rec.append(0)
-        _put_varint(rec, r.timestamp_ms - base_ts)
-        _put_varint(rec, delta)
-        for field in (r.key, r.value):
-            if field is None:
-                _put_varint(rec, -1)
-            else:
-                _put_varint(rec, len(field))
-                rec += field
-        _put_varint(rec, len(r.headers))
-        for hkey, hvalue in r.headers:
-            k = hkey.encode("utf-8")
-            _put_varint(rec, len(k))
-            rec += k
-            if hvalue is None:
-                _put_varint(rec, -1)
-            else:
-                _put_varint(rec, len(hvalue))
-                rec += hvalue
-        _put_varint(body, len(rec))
-        body += rec
-    payload = _compress(compression, bytes(body))
-    attributes = int(compression) | (_TIMESTAMP_TYPE_BIT if timestamp_type is TimestampType.LOG_APPEND_TIME else 0)
-    max_ts = max(r.timestamp_ms for r in records)
-    out = bytearray(HEADER_SIZE) + payload
-    _HEADER.pack_into(out, 0, base_offset, len(out) - 12, partition_leader_epoch, MAGIC, 0, attributes,
-                      len(records) - 1, base_ts, max_ts, producer_id, producer_epoch, base_sequence, len(records))
+    stamps = [r.timestamp_ms if r.timestamp_ms is not None else now_ms for r in records]
+    if None in stamps:
+        raise ValueError("a record without a timestamp needs now_ms")
+    base_ts = stamps[0] if base_timestamp is None else base_timestamp
+    return _assemble(
+        record_parts(records, stamps, base_ts), len(records), base_ts, max(stamps),  # type: ignore[arg-type]
+        compression=compression, timestamp_type=timestamp_type, producer_id=producer_id,
+        producer_epoch=producer_epoch, base_sequence=base_sequence, base_offset=base_offset,
+        partition_leader_epoch=partition_leader_epoch,
+    )
+
+
+def build_values_batch(values: Sequence[bytes], timestamp_ms: int) -> bytes:
+    """One uncompressed batch of value-only records (null key, no headers), all at
+    ``timestamp_ms``: the fast path for a plain list of payloads."""
+    if not values:
+        raise ValueError("a batch holds at least one record")
+    return _assemble(value_parts(values), len(values), timestamp_ms, timestamp_ms)
+
+
+def with_log_append_time(batch: bytes | memoryview, now_ms: int) -> bytes:
+    """The batch stamped with the log's append time: the timestamp-type bit set and
+    ``maxTimestamp`` = ``now_ms`` (what every record of it then reads as), CRC recomputed."""
+    out = bytearray(batch)
+    attributes = struct.unpack_from(">h", out, 21)[0] | _TIMESTAMP_TYPE_BIT
+    struct.pack_into(">h", out, 21, attributes)
+    struct.pack_into(">q", out, 35, now_ms)
     struct.pack_into(">I", out, 17, crc32c(memoryview(out)[_CRC_START:]))
     return bytes(out)
 
@@ -351,50 +323,14 @@ def _unxerial(data: bytes) -> bytes:
     return bytes(out)
 
 
-def decode_records(batch: bytes | memoryview, pos: int = 0) -> tuple[BatchHeader, list[Record]]:
-    """The header and records of the batch at ``pos``; the CRC is checked."""
-    h = check_batch(batch, pos)
+def decode_records(batch: bytes | memoryview, pos: int = 0, *, verified: bool = False) -> tuple[BatchHeader, list[Record]]:
+    """The header and records of the batch at ``pos``. The CRC is checked unless
+    ``verified`` (the caller checked this exact batch already, e.g. :class:`StoredBatches`).
+    A LogAppendTime batch's records all read as its ``maxTimestamp``."""
+    h = read_header(batch, pos) if verified else check_batch(batch, pos)
     data = _decompress(h.compression, bytes(batch[pos + HEADER_SIZE:pos + h.size]))
-    out: list[Record] = []
-    p = 0
-    for _ in range(h.records_count):
-        length, p = _get_varint(data, p)
-        end = p + length
-        if length < 1 or end > len(data):
-            raise CorruptBatch("a record's length runs past the end of its batch")
-        p += 1  # attributes
-        ts_delta, p = _get_varint(data, p)
-        offset_delta, p = _get_varint(data, p)
-        key, p = _get_bytes(data, p, end)
-        value, p = _get_bytes(data, p, end)
-        count, p = _get_varint(data, p)
-        if count < 0:
-            raise CorruptBatch(f"negative header count {count}")
-        headers = []
-        for _ in range(count):
-            hkey, p = _get_bytes(data, p, end)
-            hvalue, p = _get_bytes(data, p, end)
-            if hkey is None:
-                raise CorruptBatch("a header has a null key")
-            try:
-                headers.append((hkey.decode("utf-8"), hvalue))
-            except UnicodeDecodeError:
-                raise CorruptBatch("a header key is not UTF-8") from None
-        if p != end:
-            raise CorruptBatch("a record's fields do not fill its length")
-        out.append(Record(value, key, tuple(headers), h.base_timestamp + ts_delta, offset_delta))
-    if p != len(data):
-        raise CorruptBatch(f"{len(data) - p} bytes left after recordsCount {h.records_count} records")
-    return h, out
-
-
-def _get_bytes(data: bytes, pos: int, end: int) -> tuple[bytes | None, int]:
-    n, pos = _get_varint(data, pos)
-    if n == -1:
-        return None, pos
-    if n < 0 or pos + n > end:
-        raise CorruptBatch("a key, value or header runs past the end of its record")
-    return data[pos:pos + n], pos + n
+    log_append = h.max_timestamp if h.attributes & _TIMESTAMP_TYPE_BIT else None
+    return h, parse_records(data, h.records_count, h.base_timestamp, log_append)
 
 
 def iter_records(slice_: bytes | memoryview) -> Iterable[tuple[BatchHeader, Record]]:

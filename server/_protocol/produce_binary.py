@@ -1,12 +1,20 @@
-"""The binary ``/produce`` body (``application/vnd.llog.produce.v1``): layout, parser, encoder.
+"""The binary ``/produce`` bodies: layouts, parser, encoders.
 
-A client that sends this instead of JSON hands the broker each partition's
-records already as a ``bytes-batch-v1`` batch (``server/_protocol/codec.py``),
-so the broker checks it (header, length, CRC-32, the length prefixes) and
-splices it into the shared WAL blob as it is: no JSON, no base64, no per-record
-object. The answer is the same JSON as for a JSON body.
+``application/vnd.llog.produce.v2`` (version 2): each partition's records
+already as Kafka RecordBatch v2 batches (``kafka_batch.py``: key, value,
+headers, timestamp), so the broker checks them (lengths, CRC-32C, counts)
+and stores them as they are: no JSON, no base64, no per-record work on the
+broker. ``application/vnd.llog.produce.v1`` (version 1): values only, as
+``bytes-batch-v1`` batches, which the broker re-encodes as one RecordBatch
+v2 batch each (null keys, no headers, the broker's time). The answer is the
+same JSON as for a JSON body.
 
-Layout (all integers unsigned big-endian)::
+Version 2 is version 1's layout with ``version`` 2 and each batch field
+replaced by ``u32 batches_length`` then that many bytes of whole RecordBatch
+v2 batches (one or more; ``baseOffset`` is ignored, transactional and
+control batches are refused).
+
+Version 1 layout (all integers unsigned big-endian)::
 
     offset  size  field
     0       4     magic         b"LLP1"
@@ -48,19 +56,23 @@ from .frame import Frame
 
 __all__ = [
     "PRODUCE_BINARY_CONTENT_TYPE",
+    "PRODUCE_BINARY_V2_CONTENT_TYPE",
     "PRODUCE_MAGIC",
     "FLAG_FLUSH",
     "BINARY_HEADER_SIZE",
     "binary_produce_header",
     "binary_batch_prefix",
     "encode_binary_produce",
+    "encode_binary_produce_v2",
     "parse_binary_produce",
     "parse_produce_body",
 ]
 
 PRODUCE_BINARY_CONTENT_TYPE = "application/vnd.llog.produce.v1"
+PRODUCE_BINARY_V2_CONTENT_TYPE = "application/vnd.llog.produce.v2"
 PRODUCE_MAGIC = b"LLP1"
 PRODUCE_VERSION = 1
+PRODUCE_VERSION_2 = 2
 FLAG_FLUSH = 0x0001
 _HEADER = struct.Struct(">4sHHI")
 _U16 = struct.Struct(">H")
@@ -68,9 +80,9 @@ _U32 = struct.Struct(">I")
 BINARY_HEADER_SIZE = _HEADER.size
 
 
-def binary_produce_header(batch_count: int, *, flush: bool = False) -> bytes:
+def binary_produce_header(batch_count: int, *, flush: bool = False, version: int = PRODUCE_VERSION) -> bytes:
     """The body's 12-byte header announcing ``batch_count`` batches."""
-    return _HEADER.pack(PRODUCE_MAGIC, PRODUCE_VERSION, FLAG_FLUSH if flush else 0, batch_count)
+    return _HEADER.pack(PRODUCE_MAGIC, version, FLAG_FLUSH if flush else 0, batch_count)
 
 
 def binary_batch_prefix(topic: str, partition: int, count: int, sections: Sequence[bytes | memoryview]) -> list[bytes]:
@@ -90,10 +102,19 @@ def encode_binary_produce(groups: Sequence[tuple[str, int, Sequence[bytes]]], *,
     return b"".join(out)
 
 
-def parse_binary_produce(body: bytes, *, max_records: int) -> ProduceRequest:
-    """A validated binary produce body (layout in the module docstring)."""
+def encode_binary_produce_v2(groups: Sequence[tuple[str, int, bytes]], *, flush: bool = False) -> bytes:
+    """A version 2 body of ``(topic, partition, RecordBatch v2 batches)`` groups, in order."""
+    out = [binary_produce_header(len(groups), flush=flush, version=PRODUCE_VERSION_2)]
+    for topic, partition, batches in groups:
+        name = topic.encode("utf-8")
+        out += [_U16.pack(len(name)), name, _U32.pack(partition), _U32.pack(len(batches)), batches]
+    return b"".join(out)
+
+
+def parse_binary_produce(body: bytes, *, max_records: int, version: int = PRODUCE_VERSION) -> ProduceRequest:
+    """A validated binary produce body of ``version`` (layouts in the module docstring)."""
     frame = Frame(body, InvalidField, "body")
-    flags, count = frame.header(_HEADER, PRODUCE_MAGIC, PRODUCE_VERSION)
+    flags, count = frame.header(_HEADER, PRODUCE_MAGIC, version)
     if flags & ~FLAG_FLUSH:
         raise InvalidField(
             f"header.flags {flags:#06x} at offset 6 sets unknown bits (only bit 0, FLUSH, is defined)", "header.flags"
@@ -108,7 +129,7 @@ def parse_binary_produce(body: bytes, *, max_records: int) -> ProduceRequest:
     total = nbytes = 0
     for i in range(count):
         where = f"batches[{i}]"
-        group, pos = _parse_batch(frame, pos, where)
+        group, pos = _parse_batch(frame, pos, where, version)
         total += len(group.payloads)
         if total > max_records:
             raise TooLarge(
@@ -122,7 +143,7 @@ def parse_binary_produce(body: bytes, *, max_records: int) -> ProduceRequest:
     return ProduceRequest(tuple(groups), total, nbytes, bool(flags & FLAG_FLUSH))
 
 
-def _parse_batch(frame: Frame, pos: int, where: str) -> tuple[SharedAppendGroup, int]:
+def _parse_batch(frame: Frame, pos: int, where: str, version: int) -> tuple[SharedAppendGroup, int]:
     """One batch of the body starting at ``pos``: its group and where the next begins."""
     topic, pos = frame.topic(pos, where)
     frame.need(pos, 4, f"{where}.partition")
@@ -132,6 +153,17 @@ def _parse_batch(frame: Frame, pos: int, where: str) -> tuple[SharedAppendGroup,
             f"{where}.partition must be between 0 and {MAX_INT32}, got {partition} at offset {pos}",
             f"{where}.partition",
         )
+    if version == PRODUCE_VERSION_2:
+        batches, end = frame.kafka_batches(pos + 4, f"{where}.batches")
+        if not len(batches):
+            raise InvalidField(f"{where}.batches at offset {pos + 8} holds no batch; send at least one",
+                               f"{where}.batches")
+        for i in range(batches.batch_count):
+            h = batches.header(i)
+            if h.is_transactional or h.is_control:
+                raise InvalidField(f"{where}.batches: batch {i} is transactional or a control batch; "
+                                   "transactions are not supported", f"{where}.batches")
+        return SharedAppendGroup(topic, partition, batches), end
     field = f"{where}.batch"
     bounds, end = frame.batch(pos + 4, field)
     if bounds.count == 0:
@@ -146,4 +178,6 @@ def parse_produce_body(body: bytes, content_type: str | None, *, max_records: in
     media = (content_type or "").split(";", 1)[0].strip().lower()
     if media == PRODUCE_BINARY_CONTENT_TYPE:
         return parse_binary_produce(body, max_records=max_records)
+    if media == PRODUCE_BINARY_V2_CONTENT_TYPE:
+        return parse_binary_produce(body, max_records=max_records, version=PRODUCE_VERSION_2)
     return parse_produce(parse_json_body(body), max_records=max_records)

@@ -115,9 +115,11 @@ class PendingAppend:
     byte_offset: int | None
     byte_length: int | None
     created_at_ms: int
+    max_timestamp_ms: int | None = None
+    """The batches' largest record timestamp (``kafka-batch-v2`` only)."""
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        doc = {
             "append_id": self.append_id,
             "start_offset": self.start_offset,
             "end_offset": self.end_offset,
@@ -129,6 +131,9 @@ class PendingAppend:
             "byte_length": self.byte_length,
             "created_at_ms": self.created_at_ms,
         }
+        if self.max_timestamp_ms is not None:
+            doc["max_timestamp_ms"] = self.max_timestamp_ms
+        return doc
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> PendingAppend:
@@ -144,6 +149,7 @@ class PendingAppend:
                 byte_offset=_opt_int(doc, "byte_offset"),
                 byte_length=_opt_int(doc, "byte_length"),
                 created_at_ms=int(doc.get("created_at_ms", 0)),
+                max_timestamp_ms=_opt_int(doc, "max_timestamp_ms"),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise CorruptBatch(f"unreadable pending append: {exc!r}") from exc
@@ -158,6 +164,7 @@ class PendingAppend:
             byte_offset=self.byte_offset,
             byte_length=self.byte_length,
             created_at_ms=self.created_at_ms,
+            max_timestamp_ms=self.max_timestamp_ms,
         )
 
 
@@ -221,6 +228,9 @@ class IndexEntry:
     """Slice start inside a shared WAL blob; None means the whole object."""
     byte_length: int | None
     created_at_ms: int
+    max_timestamp_ms: int | None = None
+    """The largest record timestamp of the entry (``kafka-batch-v2`` only):
+    "the first offset with a timestamp at or after T" is one index scan."""
 
     def start_offset(self, end_offset: int) -> int:
         return end_offset - self.msg_count + 1
@@ -236,6 +246,8 @@ class IndexEntry:
             doc["byte_offset"] = self.byte_offset
             doc["byte_length"] = self.byte_length
         doc["created_at_ms"] = self.created_at_ms
+        if self.max_timestamp_ms is not None:
+            doc["max_timestamp_ms"] = self.max_timestamp_ms
         return doc
 
     def encode(self) -> bytes:
@@ -253,6 +265,7 @@ class IndexEntry:
                 byte_offset=_opt_int(doc, "byte_offset"),
                 byte_length=_opt_int(doc, "byte_length"),
                 created_at_ms=int(doc.get("created_at_ms", 0)),
+                max_timestamp_ms=_opt_int(doc, "max_timestamp_ms"),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise CorruptBatch(f"unreadable index record: {exc!r}") from exc
@@ -290,6 +303,8 @@ class CompactionRecord:
     created_at_ms: int
     last_entry_start_offset: int | None = None
     """Start offset of the last selected WAL entry (the end key's old range)."""
+    max_timestamp_ms: int | None = None
+    """The compacted range's largest record timestamp, copied to its index entry."""
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -304,6 +319,8 @@ class CompactionRecord:
         }
         if self.last_entry_start_offset is not None:
             doc["last_entry_start_offset"] = self.last_entry_start_offset
+        if self.max_timestamp_ms is not None:
+            doc["max_timestamp_ms"] = self.max_timestamp_ms
         return doc
 
     def encode(self) -> bytes:
@@ -323,6 +340,7 @@ class CompactionRecord:
                 encoding=str(doc.get("encoding", BATCH_ENCODING)),
                 created_at_ms=int(doc.get("created_at_ms", 0)),
                 last_entry_start_offset=_opt_int(doc, "last_entry_start_offset"),
+                max_timestamp_ms=_opt_int(doc, "max_timestamp_ms"),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise CorruptBatch(f"unreadable compaction record: {exc!r}") from exc

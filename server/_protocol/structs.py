@@ -7,16 +7,19 @@ from typing import Sequence
 
 from .._errors import InvalidRequest, LlogError
 from .codec import EncodedRecords
+from .kafka_batch import Record, TimestampType
 from .keys import TopicPartition, validate_partition, validate_topic
+from .stored_batches import StoredBatches, of_payloads
 
 __all__ = ["SharedAppendGroup", "AppendResult", "ReadRecord", "normalize_payloads", "validate_groups"]
 
 
-def normalize_payloads(payloads: object, topic: str, partition: int) -> Sequence[bytes]:
-    """Payloads as a tuple of bytes; str is UTF-8 encoded. Raises InvalidRequest
-    for an empty list or an element that is not bytes-like or str.
-    :class:`EncodedRecords` (verified bytes already) are kept as they are."""
-    if isinstance(payloads, EncodedRecords):
+def normalize_payloads(payloads: object, topic: str, partition: int) -> Sequence[bytes | Record]:
+    """Payloads as a tuple of bytes or :class:`Record`; str is UTF-8 encoded.
+    Raises InvalidRequest for an empty list or an element that is not
+    bytes-like, str or a Record. :class:`EncodedRecords` and
+    :class:`StoredBatches` (verified bytes already) are kept as they are."""
+    if isinstance(payloads, (EncodedRecords, StoredBatches)):
         if len(payloads) == 0:
             raise InvalidRequest("payloads must not be empty", topic=topic, partition=partition)
         return payloads
@@ -28,7 +31,7 @@ def normalize_payloads(payloads: object, topic: str, partition: int) -> Sequence
         raise InvalidRequest("payloads must not be empty", topic=topic, partition=partition)
     out = []
     for i, p in enumerate(payloads):
-        if isinstance(p, bytes):
+        if isinstance(p, (bytes, Record)):
             out.append(p)
         elif isinstance(p, (bytearray, memoryview)):
             out.append(bytes(p))
@@ -36,7 +39,7 @@ def normalize_payloads(payloads: object, topic: str, partition: int) -> Sequence
             out.append(p.encode("utf-8"))
         else:
             raise InvalidRequest(
-                f"payloads[{i}] must be bytes or str, got {type(p).__name__}",
+                f"payloads[{i}] must be bytes, str or Record, got {type(p).__name__}",
                 topic=topic,
                 partition=partition,
             )
@@ -47,13 +50,16 @@ def normalize_payloads(payloads: object, topic: str, partition: int) -> Sequence
 class SharedAppendGroup:
     """Records to append to one topic-partition as one batch.
 
-    Validated on construction: a bad topic, partition or payload list raises
-    InvalidRequest before anything is written.
+    ``payloads`` are values (bytes or str: null key, no headers, stamped
+    when written), :class:`Record` objects (key, value, headers, timestamp),
+    or batches already encoded (:class:`StoredBatches`, a Kafka client's
+    bytes). Validated on construction: a bad topic, partition or payload
+    list raises InvalidRequest before anything is written.
     """
 
     topic: str
     partition: int
-    payloads: Sequence[bytes] = field(default=())
+    payloads: Sequence[bytes | Record] = field(default=())
 
     def __post_init__(self) -> None:
         validate_topic(self.topic)
@@ -65,10 +71,23 @@ class SharedAppendGroup:
         return TopicPartition(self.topic, self.partition)
 
     @property
+    def count(self) -> int:
+        return len(self.payloads)
+
+    @property
     def payload_bytes(self) -> int:
-        if isinstance(self.payloads, EncodedRecords):
-            return self.payloads.payload_bytes
-        return sum(len(p) for p in self.payloads)
+        """Bytes the group buffers: an encoded group's batch bytes, otherwise keys and values."""
+        payloads = self.payloads
+        if isinstance(payloads, StoredBatches):
+            return payloads.nbytes
+        if isinstance(payloads, EncodedRecords):
+            return payloads.payload_bytes
+        return sum(len(p.value or b"") + len(p.key or b"") if isinstance(p, Record) else len(p) for p in payloads)
+
+    def encode(self, now_ms: int) -> StoredBatches:
+        """The group as stored batches; records without a timestamp get ``now_ms``
+        (an encoded group is returned as it is)."""
+        return of_payloads(self.payloads, now_ms)
 
 
 def validate_groups(groups: Sequence[SharedAppendGroup], what: str) -> list[SharedAppendGroup]:
@@ -123,4 +142,13 @@ class ReadRecord:
     topic: str
     partition: int
     offset: int
-    payload: bytes
+    payload: bytes | None
+    """The record's value (None: a tombstone)."""
+    key: bytes | None = None
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+    timestamp_ms: int = 0
+    timestamp_type: TimestampType = TimestampType.CREATE_TIME
+
+    @property
+    def value(self) -> bytes | None:
+        return self.payload

@@ -9,9 +9,11 @@ the Spark writer and the produce job are built on it. Two layers:
 - :class:`TaskProducer` is what one Spark task uses: it buffers records per
   partition and sends bounded multi-partition requests (``max_request_bytes``
   of body, ``max_request_records`` records) on up to ``max_in_flight``
-  concurrent keep-alive connections. The body is binary
-  (``application/vnd.llog.produce.v1``: each partition's records as a
-  ``bytes-batch-v1`` batch the broker splices into the WAL as it is) unless
+  concurrent keep-alive connections. A record is a value and, optionally,
+  a key, headers and a timestamp. The body is binary
+  (``application/vnd.llog.produce.v2``: each partition's records as Kafka
+  RecordBatch v2 batches of at most ``max_batch_bytes``, built with numpy
+  and Arrow kernels, which the broker stores as they are) unless
   ``body="json"`` asks for the JSON of the reference system's brokers.
 
 Broker selection. Each topic-partition has a stable preferred broker chosen

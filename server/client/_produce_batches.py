@@ -3,16 +3,26 @@ acknowledgements, request bodies and counters (see :mod:`server.client`)."""
 
 from __future__ import annotations
 
+import struct
+import time
 from dataclasses import dataclass, field
 from json.encoder import encode_basestring_ascii
 from typing import Any, NamedTuple, Sequence
 
-from .._protocol.produce_binary import BINARY_HEADER_SIZE, PRODUCE_BINARY_CONTENT_TYPE, binary_batch_prefix, binary_produce_header
+import numpy as np
+
+from .._protocol.kafka_batch import HEADER_SIZE
+from .._protocol.produce_binary import (
+    BINARY_HEADER_SIZE,
+    PRODUCE_BINARY_V2_CONTENT_TYPE,
+    PRODUCE_VERSION_2,
+    binary_produce_header,
+)
 from .._errors import ConfigError
-from .._protocol.codec import BATCH_HEADER_SIZE
 from .._settings import check_settings, setting
 from ._broker_selection import BrokerUrl, parse_broker_list
-from ._record_chunks import BODIES, Body, RecordChunk
+from ._kafka_wire import build_batches
+from ._record_chunks import BODIES, NO_TIMESTAMP, Body, RecordChunk
 
 __all__ = [
     "MIB",
@@ -69,9 +79,14 @@ class ProducerConfig:
     max_in_flight: int = setting("Concurrent requests per task (never two for one partition).", default=4,
                                  min=1, option="maxInFlight")
     body: Body = setting(
-        "Request body: binary (application/vnd.llog.produce.v1, records spliced into the WAL as sent) or "
+        "Request body: binary (application/vnd.llog.produce.v2, RecordBatch v2 batches stored as sent) or "
         "json (what the reference system's brokers accept).",
         default="binary", choices=BODIES, option="produceBody",
+    )
+    max_batch_bytes: int = setting(
+        "Largest RecordBatch of the binary body (a topic refuses batches over its max.message.bytes, "
+        "1,048,588 by default); a larger record goes alone.",
+        default=1_000_000, min=1024, option="maxBatchBytes",
     )
 
     def __post_init__(self) -> None:
@@ -118,7 +133,9 @@ class BatchAck(NamedTuple):
     broker: str
 
 
-CONTENT_TYPES: dict[Body, str] = {"binary": PRODUCE_BINARY_CONTENT_TYPE, "json": "application/json"}
+CONTENT_TYPES: dict[Body, str] = {"binary": PRODUCE_BINARY_V2_CONTENT_TYPE, "json": "application/json"}
+_U16 = struct.Struct(">H")
+_U32 = struct.Struct(">I")
 _JSON_HEAD = b'{"topic_partitions":['
 _JSON_TAIL = b"]}"
 _JSON_TAIL_FLUSH = b'],"flush":true}'
@@ -133,19 +150,25 @@ def batch_overhead(topic: str, partition: int, body: Body) -> int:
     """Bytes of a batch outside its records (JSON: plus a separating comma;
     the records' own trailing commas pay for the one dropped)."""
     if body == "binary":
-        return 2 + len(topic.encode("utf-8")) + 4 + BATCH_HEADER_SIZE
+        return 2 + len(topic.encode("utf-8")) + 4 + 4 + HEADER_SIZE
     return len(f'{{"topic":{encode_basestring_ascii(topic)},"partition":{partition},"records":[]}}') + 1
 
 
-def encode_request(batches: Sequence[Batch], body: Body, *, flush: bool = False) -> bytes:
+def encode_request(
+    batches: Sequence[Batch], body: Body, *, flush: bool = False, max_batch_bytes: int = 1_000_000,
+    now_ms: int | None = None,
+) -> bytes:
     """One ``/produce`` body of ``batches``, in order (they map 1:1 to the
-    answer's results); ``flush`` asks the broker to flush them now."""
+    answer's results); ``flush`` asks the broker to flush them now. Binary:
+    each partition's records as RecordBatch v2 batches of at most
+    ``max_batch_bytes``; records without a timestamp get ``now_ms``."""
     if body == "binary":
-        parts: list[bytes | memoryview] = [binary_produce_header(len(batches), flush=flush)]
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        parts: list[bytes | memoryview] = [binary_produce_header(len(batches), flush=flush, version=PRODUCE_VERSION_2)]
         for b in batches:
-            sections = [c.data for c in b.chunks]
-            parts += binary_batch_prefix(b.topic, b.partition, b.count, sections)
-            parts += sections
+            kafka = b"".join(_kafka_batches(b, now, max_batch_bytes))
+            name = b.topic.encode("utf-8")
+            parts += [_U16.pack(len(name)), name, _U32.pack(b.partition), _U32.pack(len(kafka)), kafka]
         return b"".join(parts)
     parts = [_JSON_HEAD]
     for i, b in enumerate(batches):
@@ -155,6 +178,19 @@ def encode_request(batches: Sequence[Batch], body: Body, *, flush: bool = False)
         parts += [records[:-1], b"]}"]  # each record carries a trailing comma; drop the last
     parts.append(_JSON_TAIL_FLUSH if flush else _JSON_TAIL)
     return b"".join(parts)
+
+
+def _kafka_batches(batch: Batch, now_ms: int, max_batch_bytes: int) -> list[bytes]:
+    chunks = batch.chunks
+    if len(chunks) == 1:
+        tails, ends, stamps = chunks[0].data, chunks[0].ends, chunks[0].timestamps
+    else:
+        tails = b"".join(c.data for c in chunks)
+        shifts = np.cumsum([0] + [int(c.ends[-1]) for c in chunks[:-1]])
+        ends = np.concatenate([c.ends + shift for c, shift in zip(chunks, shifts)])
+        stamps = np.concatenate([c.timestamps for c in chunks])  # type: ignore[misc]
+    stamps = np.where(stamps == NO_TIMESTAMP, now_ms, stamps)  # type: ignore[arg-type]
+    return build_batches(tails, ends, stamps, max_batch_bytes)
 
 
 # -- stats -----------------------------------------------------------------------------------

@@ -226,7 +226,7 @@ class ProduceClient:
     def _send_once(
         self, broker: BrokerUrl, batches: list[Batch], stats: ProduceStats, stats_lock: threading.Lock, flush: bool
     ) -> tuple[list[BatchAck], list[tuple[Batch, _Failure]]]:
-        body = encode_request(batches, self.config.body, flush=flush)
+        body = encode_request(batches, self.config.body, flush=flush, max_batch_bytes=self.config.max_batch_bytes)
         with stats_lock:
             stats.requests += 1
         try:

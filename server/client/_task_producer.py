@@ -18,7 +18,7 @@ from .._protocol.keys import validate_topic
 from ._broker_selection import BrokerUrl
 from ._produce_batches import Batch, ProducerConfig, ProduceStats, batch_overhead, request_overhead
 from ._produce_client import ProduceClient
-from ._record_chunks import RecordChunk, encode_by_partition
+from ._record_chunks import RecordChunk, RecordColumns, encode_by_partition
 
 __all__ = ["TaskProducer"]
 
@@ -40,10 +40,12 @@ class _Buffer:
 class TaskProducer:
     """Buffers one task's records per partition and sends bounded requests.
 
-    ``add(values, partitions)`` appends records: ``values`` an Arrow string or
-    binary column (or a list of str / bytes), ``partitions`` one partition
-    per value. The records are encoded for the body at once, a column at a
-    time (:mod:`server.client._record_chunks`).
+    ``add(values, partitions, keys=..., headers=..., timestamps=...)``
+    appends records: ``values`` an Arrow string or binary column (or a list
+    of str / bytes; a null is a tombstone), ``partitions`` one partition per
+    value, and optionally a key, headers and a timestamp (ms) per record.
+    The records are encoded for the body at once, a column at a time
+    (:mod:`server.client._record_chunks`).
 
     When requests go: each broker's partitions fall into ``max_in_flight``
     lanes (partition mod ``max_in_flight``), and a lane whose partitions are
@@ -104,15 +106,27 @@ class TaskProducer:
             o = self._overhead[partition] = batch_overhead(self.topic, partition, self.config.body)
         return o
 
-    def add(self, values: pa.Array | Sequence[str | bytes | None], partitions: Sequence[int] | np.ndarray) -> None:
-        """Buffer ``values`` for ``partitions`` (ValueError for a null value or
-        a partition below 0: nothing is dropped) and send what is due."""
+    def add(
+        self,
+        values: pa.Array | Sequence[str | bytes | None],
+        partitions: Sequence[int] | np.ndarray,
+        *,
+        keys: pa.Array | Sequence[str | bytes | None] | None = None,
+        headers: Sequence[Sequence[tuple[str, bytes | None]] | None] | None = None,
+        timestamps: Sequence[int] | np.ndarray | None = None,
+    ) -> None:
+        """Buffer the records for ``partitions`` (ValueError for a partition
+        below 0 or columns of different lengths: nothing is dropped) and send
+        what is due. A timestamp of -1 means "when sent"."""
         if not isinstance(values, pa.Array):
             values = pa.array(values, type=_list_type(values))
+        if keys is not None and not isinstance(keys, pa.Array):
+            keys = pa.array(keys, type=_list_type(keys))
         parts = np.asarray(partitions, dtype=np.int64)
         if len(parts) and int(parts.min()) < 0:
             raise ValueError(f"partition {int(parts.min())} is below 0")
-        chunks = encode_by_partition(values, parts, self.config.body)
+        stamps = None if timestamps is None else np.asarray(timestamps, dtype=np.int64)
+        chunks = encode_by_partition(RecordColumns(values, keys, headers, stamps), parts, self.config.body)
         with self._cond:
             self._raise_error()
             for p, chunk in chunks.items():

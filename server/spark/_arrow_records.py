@@ -1,86 +1,111 @@
 """Records of the log as Arrow record batches of the ``llog`` data source's
-schema, built a batch at a time from the stored bytes.
+schema, which is Kafka's source schema (Spark's ``format("kafka")``)::
 
-Per record, Python does no more than find where it starts (the codec's
-:func:`~server._protocol.codec.decode_batch_bounds`); the payload column is cut from
-the stored records section by one Arrow kernel (``binary_slice`` drops each
-record's 4-byte length prefix), and the topic, partition and offset columns
-are filled by Arrow too. That keeps a Spark task's Python worker several
-times cheaper per record than building ``bytes`` objects, which matters on
-small machines where the worker, the JVM and the S3 server share the cores.
+    key binary, value binary, topic string, partition int, offset long,
+    timestamp timestamp, timestampType int
+    [, headers array<struct<key string, value binary>>]   (includeHeaders)
+
+Kafka's columns need every record decoded. Each stored RecordBatch v2 batch
+a read touches is decoded once (:meth:`StoredBatches.records`, one
+:class:`Record` per record: most of a read task's Python time); per record,
+Python then only sums its size and reads its fields into the lists from
+which one ``pa.array`` each builds the key, value, timestamp, timestampType
+and headers columns. The topic, partition and offset columns are built by
+Arrow alone. ``offset`` is llog's offset (from 1);
+``timestamp`` is the record's timestamp (a LogAppendTime batch's append
+time) as microseconds in UTC, which is what Spark's TimestampType reads from
+Arrow; ``headers`` is null for a record without headers, as in Kafka's source.
 """
 
 from __future__ import annotations
 
 import bisect
-from typing import Iterable, Iterator
+from itertools import accumulate
+from typing import Iterable, Iterator, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from .._errors import InconsistentReadState
 from .._log.reader import RecordRun
-from .._protocol.codec import BatchBounds
+from .._protocol.kafka_records import Record
+from .._protocol.stored_batches import StoredBatches
 
-__all__ = ["SCHEMA", "record_batches"]
+__all__ = ["SCHEMA", "HEADERS_SCHEMA", "arrow_schema", "record_batches", "row_bytes"]
 
+_HEADERS = pa.list_(pa.field("element", pa.struct([("key", pa.string()), ("value", pa.binary())])))
+"""Spark's ``array<struct<key string, value binary>>`` (``element`` is the item name Spark gives lists)."""
+_MILLIS = pa.timestamp("ms", tz="UTC")
+_MICROS = pa.timestamp("us", tz="UTC")
+
+# Every field is nullable, like Kafka's source schema: Spark checks a Python
+# source's first Arrow batch against the declared schema, nullability included.
 SCHEMA = pa.schema([
-    ("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()), ("value", pa.binary()),
+    ("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()), ("partition", pa.int32()),
+    ("offset", pa.int64()), ("timestamp", _MICROS), ("timestampType", pa.int32()),
 ])
-_PREFIX = 4  # each stored record starts with its u32 length
-_NO_STOP = 1 << 32  # past any record's end (a record is at most 2**32-1 bytes)
+HEADERS_SCHEMA = SCHEMA.append(pa.field("headers", _HEADERS))
+
+_FIXED_ROW_BYTES = 36
+"""Arrow bytes of a row besides its key, value, headers and topic: three
+4-byte offsets (key, value, topic), partition 4, offset 8, timestamp 8,
+timestampType 4."""
 
 
-def _payloads(bounds: BatchBounds, i0: int, i1: int) -> pa.Array:
-    """Payloads of records ``i0..i1-1`` of one batch as an Arrow binary array."""
-    # The section viewed as large_binary with each element = prefix + payload
-    # (zero copy: the positions are its offsets), then the prefixes cut off.
-    framed = pa.Array.from_buffers(
-        pa.large_binary(), i1 - i0, [None, pa.py_buffer(bounds.starts), pa.py_buffer(bounds.records)], 0, i0,
-    )
-    return pc.binary_slice(framed, _PREFIX, _NO_STOP).cast(pa.binary())
+def arrow_schema(include_headers: bool) -> pa.Schema:
+    return HEADERS_SCHEMA if include_headers else SCHEMA
 
 
-def _pieces(run: RecordRun[BatchBounds], max_records: int, max_bytes: int) -> Iterator[tuple[int, int, int]]:
-    """``(i0, i1, stored bytes)`` index ranges of the run, each within both limits (at least one record)."""
-    starts = run.records.starts
-    i = run.first - run.base_offset
-    end = run.last - run.base_offset + 1
-    while i < end:
-        j = min(end, i + max_records, max(i + 1, bisect.bisect_right(starts, starts[i] + max_bytes, i + 1) - 1))
-        yield i, j, starts[j] - starts[i]
-        i = j
+def row_bytes(r: Record, topic_bytes: int) -> int:
+    """What a record adds to an Arrow batch (about): what the byte limit counts."""
+    n = _FIXED_ROW_BYTES + topic_bytes
+    if r.key is not None:
+        n += len(r.key)
+    if r.value is not None:
+        n += len(r.value)
+    for k, v in r.headers:
+        n += 12 + len(k) + (len(v) if v is not None else 0)  # + its offsets (string, binary, list)
+    return n
 
 
 class _Builder:
-    """Collects payload pieces of consecutive offsets into one record batch."""
+    """Collects records of consecutive offsets into one record batch."""
 
-    def __init__(self, topic: str, partition: int) -> None:
+    def __init__(self, topic: str, partition: int, include_headers: bool) -> None:
         self.topic = pa.scalar(topic, pa.string())
         self.partition = pa.scalar(partition, pa.int32())
+        self.topic_bytes = len(topic.encode())
+        self.schema = arrow_schema(include_headers)
+        self.include_headers = include_headers
         self.first = 0
-        self.count = 0
         self.bytes = 0
-        self.values: list[pa.Array] = []
+        self.records: list[Record] = []
 
-    def add(self, first: int, values: pa.Array, nbytes: int) -> None:
-        if not self.values:
+    @property
+    def count(self) -> int:
+        return len(self.records)
+
+    def add(self, first: int, records: Sequence[Record], nbytes: int) -> None:
+        if not self.records:
             self.first = first
-        self.values.append(values)
-        self.count += len(values)
+        self.records.extend(records)
         self.bytes += nbytes
 
     def take(self) -> pa.RecordBatch:
-        n = self.count
-        values = self.values[0] if len(self.values) == 1 else pa.concat_arrays(self.values)
-        batch = pa.RecordBatch.from_arrays([
+        records, n = self.records, len(self.records)
+        columns = [
+            pa.array([r.key for r in records], pa.binary()),
+            pa.array([r.value for r in records], pa.binary()),
             pa.repeat(self.topic, n),
             pa.repeat(self.partition, n),
             pc.add(_offsets(n), pa.scalar(self.first, pa.int64())),
-            values,
-        ], schema=SCHEMA)
-        self.values, self.count, self.bytes = [], 0, 0
-        return batch
+            pa.array([r.timestamp_ms for r in records], _MILLIS).cast(_MICROS),
+            pa.array([r.timestamp_type for r in records], pa.int32()),
+        ]
+        if self.include_headers:
+            columns.append(pa.array([r.headers or None for r in records], _HEADERS))
+        self.records, self.bytes = [], 0
+        return pa.RecordBatch.from_arrays(columns, schema=self.schema)
 
 
 _arange = pa.array([], pa.int64())
@@ -94,20 +119,36 @@ def _offsets(n: int) -> pa.Array:
     return _arange.slice(0, n)
 
 
+def _slices(run: RecordRun[StoredBatches]) -> Iterator[tuple[int, list[Record]]]:
+    """``(first offset, records)`` of each stored batch of the run, trimmed to ``run.first..run.last``."""
+    stored = run.records
+    starts = stored.record_starts
+    i, end = run.first - run.base_offset, run.last - run.base_offset + 1
+    b = stored.batch_of(i)
+    while i < end:
+        lo, hi = starts[b], starts[b + 1]
+        records = stored.records(b)
+        if i > lo or end < hi:
+            records = records[i - lo:min(end, hi) - lo]
+        yield run.base_offset + i, records
+        i = min(end, hi)
+        b += 1
+
+
 def record_batches(
-    runs: Iterable[RecordRun[BatchBounds]], topic: str, partition: int, start: int, end: int,
-    *, max_records: int, max_bytes: int,
+    runs: Iterable[RecordRun[StoredBatches]], topic: str, partition: int, start: int, end: int,
+    *, max_records: int, max_bytes: int, include_headers: bool = False,
 ) -> Iterator[pa.RecordBatch]:
     """Offsets ``start..end`` (inclusive) of one topic-partition as record
-    batches of at most ``max_records`` records and about ``max_bytes``
-    payload bytes (a bigger single record gets a batch of its own). A stored
-    batch of at least a quarter of either limit becomes a record batch of its
-    own, without a copy; smaller ones are gathered up to that size.
+    batches of :func:`arrow_schema` (``include_headers``), each of at most
+    ``max_records`` records and about ``max_bytes`` Arrow bytes
+    (:func:`row_bytes`; a bigger single record gets a batch of its own).
+    Batches are filled in offset order regardless of where stored batches
+    begin and end.
 
-    ``runs`` comes from ``LeaderlessLogReader.iter_runs(...,
-    decode=decode_batch_bounds)``; a gap or a short read raises
-    InconsistentReadState rather than yielding a hole."""
-    out = _Builder(topic, partition)
+    ``runs`` comes from ``LeaderlessLogReader.iter_runs(..., decode=stored)``;
+    a gap or a short read raises InconsistentReadState rather than yielding a hole."""
+    out = _Builder(topic, partition, include_headers)
     expected = start
     for run in runs:
         if run.first != expected:
@@ -115,13 +156,22 @@ def record_batches(
                 f"expected offset {expected}, read {run.first}", topic=topic, partition=partition, offset=expected,
             )
         expected = run.last + 1
-        for i0, i1, nbytes in _pieces(run, max_records, max_bytes):
-            big = 4 * (i1 - i0) >= max_records or 4 * nbytes >= max_bytes
-            if out.count and (big or out.count + i1 - i0 > max_records or out.bytes + nbytes > max_bytes):
-                yield out.take()
-            out.add(run.base_offset + i0, _payloads(run.records, i0, i1), nbytes)
-            if 4 * out.count >= max_records or 4 * out.bytes >= max_bytes:
-                yield out.take()  # big enough: sending it alone saves concatenating it
+        for first, records in _slices(run):
+            sizes = list(accumulate(row_bytes(r, out.topic_bytes) for r in records))
+            pos = used = 0  # records of the slice taken, and their bytes
+            while pos < len(records):
+                # The most records that fit both limits (bisect over the running byte sums).
+                stop = min(len(records), pos + max_records - out.count)
+                j = bisect.bisect_right(sizes, used + max_bytes - out.bytes, pos, stop)
+                if j == pos:
+                    if out.count:
+                        yield out.take()
+                        continue
+                    j = pos + 1  # one record above max_bytes: a batch of its own
+                out.add(first + pos, records[pos:j], sizes[j - 1] - used)
+                pos, used = j, sizes[j - 1]
+                if out.count >= max_records:
+                    yield out.take()
     if out.count:
         yield out.take()
     if expected != end + 1:

@@ -26,6 +26,9 @@ _EXTENSIONS = {
 _COMPRESSION = (".gz", ".bz2", ".zst", ".lz4", ".snappy", ".deflate")
 KEY_COL = "key"
 VALUE_COL = "value"
+EXTRA_COLS = (("--timestamp-column", "timestamp_column", "timestamp"), ("--headers-column", "headers_column", "headers"),
+              ("--partition-column", "partition_column", "partition"))
+"""The optional columns: (flag, ProduceOptions field, the writer's column name)."""
 
 
 # -- input ---------------------------------------------------------------------------------
@@ -100,19 +103,23 @@ class _JsonLines:
 
 
 def prepare_records(source: Any, options: ProduceOptions, fmt: str | None) -> DataFrame:
-    """A DataFrame of ``value`` (string or binary) and, with a key column,
-    ``key`` (string or binary): what the ``llog`` writer takes. Raises ConfigError for a
-    missing column, before anything is sent."""
+    """A DataFrame of ``value`` (string or binary) and, as the options name
+    them, ``key``, ``timestamp``, ``headers`` and ``partition``: the columns
+    the ``llog`` writer takes. Raises ConfigError for a missing column, before
+    anything is sent."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import StructType
 
     key, value = options.key_column, options.value_column
+    extras = [(flag, getattr(options, field), name) for flag, field, name in EXTRA_COLS
+              if getattr(options, field) is not None]
+    named = [("--key-column", key), ("--value-column", value)] + [(flag, col) for flag, col, _ in extras]
     if isinstance(source, _JsonLines):
         names = source.schema.fieldNames()
-        for opt, col in (("--key-column", key), ("--value-column", value)):
+        for opt, col in named:
             if col is not None and col not in names:
                 raise ConfigError(f"{opt} {col!r} is not a field of the JSON input; fields: {', '.join(names)}")
-        wanted = [c for c in dict.fromkeys((key, value)) if c is not None]
+        wanted = [c for c in dict.fromkeys([key, value] + [c for _, c, _ in extras]) if c is not None]
         line = F.col("value")
         cols = [line.alias("__llog_line")]
         if wanted:
@@ -124,13 +131,16 @@ def prepare_records(source: Any, options: ProduceOptions, fmt: str | None) -> Da
             out.append(_as_key(df["__llog_parsed"][key], source.schema[key].dataType).alias(KEY_COL))
         v = df["__llog_line"] if value is None else _as_value(df["__llog_parsed"][value], source.schema[value].dataType)
         out.append(v.alias(VALUE_COL))
+        out += [_as_extra(name, df["__llog_parsed"][col], source.schema[col].dataType).alias(name)
+                for _, col, name in extras]
         return df.select(*out)
 
     df = source
     names = df.columns
-    if fmt == "text" and key is not None:
-        raise ConfigError("--key-column needs structured input (json, csv, parquet or a DataFrame), not text")
-    for opt, col in (("--key-column", key), ("--value-column", value)):
+    if fmt == "text" and (key is not None or extras):
+        raise ConfigError("--key-column, --timestamp-column, --headers-column and --partition-column need "
+                          "structured input (json, csv, parquet or a DataFrame), not text")
+    for opt, col in named:
         if col is not None and col not in names:
             raise ConfigError(f"{opt} {col!r} is not a column of the input; columns: {', '.join(names)}")
     out = []
@@ -145,6 +155,7 @@ def prepare_records(source: Any, options: ProduceOptions, fmt: str | None) -> Da
     else:
         v = F.to_json(F.struct(*[_column(df, c) for c in names]), {"ignoreNullFields": "false"})
     out.append(v.alias(VALUE_COL))
+    out += [_as_extra(name, _column(df, col), df.schema[col].dataType).alias(name) for _, col, name in extras]
     return df.select(*out)
 
 
@@ -162,6 +173,25 @@ def _as_value(col: Any, dtype: Any) -> Any:
     if isinstance(dtype, (StructType, ArrayType, MapType)):
         return F.to_json(col)
     return col.cast("string")
+
+
+def _as_extra(name: str, col: Any, dtype: Any) -> Any:
+    """A timestamp, headers or partition column in the form the writer takes."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import MapType, NumericType, StringType, StructType
+
+    if name == "timestamp":
+        if isinstance(dtype, NumericType):
+            return col.cast("long")  # ms since the epoch
+        return F.to_timestamp(col) if isinstance(dtype, StringType) else col
+    if name == "headers" and isinstance(dtype, MapType):
+        return F.map_entries(col)
+    if name == "headers" and isinstance(dtype, StructType):  # a JSON object: one header per field, in order
+        return F.array(*[F.struct(F.lit(f.name).alias("key"), col[f.name].cast("string").cast("binary").alias("value"))
+                         for f in dtype.fields])
+    if name == "partition":
+        return col.cast("int")
+    return col
 
 
 def _as_key(col: Any, dtype: Any) -> Any:

@@ -6,20 +6,36 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from .._config import OxiaConfig, S3Config
 from .._errors import ConfigError, LlogError
 from .._protocol.keys import validate_topic
-from .._settings import Flags, check_value, parse_text
+from .._settings import Declared, Flags, check_settings, check_value, declared, parse_text, setting
 from ..client import ProducerConfig
 
-__all__ = ["storage_env", "parse_offsets", "PRODUCER_SETTINGS", "producer_options"]
+__all__ = ["storage_env", "parse_offsets", "PRODUCER_SETTINGS", "producer_options", "ReadOptions", "read_options"]
 
 PRODUCER_SETTINGS = Flags(ProducerConfig)
 """The client settings a writer option (``maxRequestBytes``) or a produce job
 flag (``--max-request-bytes``) may change: those of :class:`ProducerConfig`
 with an ``option``."""
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """Settings of the batch and the streaming reader declared once, each with
+    its Spark option (read with :func:`read_options`)."""
+
+    include_headers: bool = setting(
+        "Add Kafka's headers column (array<struct<key string, value binary>>, null for a record "
+        "without headers) after the other columns, as Kafka's source option includeHeaders does.",
+        default=False, option="includeHeaders", flag=False,
+    )
+
+    def __post_init__(self) -> None:
+        check_settings(self)
 
 
 _STORAGE_OPTIONS = {
@@ -60,10 +76,20 @@ def _int_opt(options: Mapping[str, str], name: str, default: int | None, minimum
 
 
 def producer_options(options: Mapping[str, str]) -> dict[str, object]:
-    """The :data:`PRODUCER_SETTINGS` that ``options`` set, by field name,
-    parsed and checked against their declarations (errors name the option)."""
+    """The :data:`PRODUCER_SETTINGS` that ``options`` set, by field name."""
+    return _declared_options(PRODUCER_SETTINGS.declared(), options)
+
+
+def read_options(options: Mapping[str, str]) -> ReadOptions:
+    """The :class:`ReadOptions` that ``options`` set (ConfigError names a bad one)."""
+    return ReadOptions(**_declared_options(declared(ReadOptions), options))  # type: ignore[arg-type]
+
+
+def _declared_options(settings: Sequence[Declared], options: Mapping[str, str]) -> dict[str, object]:
+    """The ``settings`` that ``options`` set, by field name, parsed and
+    checked against their declarations (errors name the option)."""
     values: dict[str, object] = {}
-    for d in PRODUCER_SETTINGS.declared():
+    for d in settings:
         name = d.setting.option
         raw = _opt(options, name) if name else None
         if raw is not None:
@@ -73,9 +99,13 @@ def producer_options(options: Mapping[str, str]) -> dict[str, object]:
     return values
 
 
-def _topic(options: Mapping[str, str]) -> str:
+def _topic(options: Mapping[str, str], *, required: bool = True) -> str | None:
+    """The topic option, checked; None when absent and not ``required`` (a write may
+    take each row's topic from a ``topic`` column, as Kafka's sink does)."""
     topic = _opt(options, "topic")
     if not topic:
+        if not required:
+            return None
         raise ConfigError('option "topic" is required: .option("topic", "orders")')
     try:
         return validate_topic(topic)

@@ -15,7 +15,17 @@ from .._config import OxiaConfig
 from .._errors import ConfigError, PartitionNotInitialized
 from .._protocol.keys import LogLayout
 from ..client import MIB
-from ._options import _int_opt, _opt, _partition_list, _resolve, _resolve_end, _topic, parse_offsets, storage_env
+from ._options import (
+    _int_opt,
+    _opt,
+    _partition_list,
+    _resolve,
+    _resolve_end,
+    _topic,
+    parse_offsets,
+    read_options,
+    storage_env,
+)
 from ._worker_heap import freeze_long_lived
 
 if TYPE_CHECKING:
@@ -143,17 +153,18 @@ def _chunks(topic: str, partition: int, start: int, end: int, size: int) -> list
     return [OffsetRange(topic, partition, s, min(end, s + size - 1)) for s in range(start, end + 1, size)]
 
 
-def read_range(env: Mapping[str, str], part: OffsetRange) -> Iterator[pa.RecordBatch]:
-    """The records of ``part`` as Arrow batches of the data source's schema."""
-    from .._protocol.codec import decode_batch_bounds
+def read_range(env: Mapping[str, str], part: OffsetRange, include_headers: bool = False) -> Iterator[pa.RecordBatch]:
+    """The records of ``part`` as Arrow batches of the data source's schema
+    (with the headers column when ``include_headers``)."""
+    from .._log.reader import stored
     from ._arrow_records import record_batches
     from ._worker_heap import after_first_task, keep_freed_memory
 
     keep_freed_memory()
-    runs = _reader_for(env).iter_runs(part.topic, part.partition, part.start, part.end, decode=decode_batch_bounds)
+    runs = _reader_for(env).iter_runs(part.topic, part.partition, part.start, part.end, decode=stored)
     return after_first_task(record_batches(
         runs, part.topic, part.partition, part.start, part.end,
-        max_records=ARROW_BATCH_RECORDS, max_bytes=ARROW_BATCH_BYTES,
+        max_records=ARROW_BATCH_RECORDS, max_bytes=ARROW_BATCH_BYTES, include_headers=include_headers,
     ))
 
 
@@ -166,6 +177,7 @@ class LlogBatchReader(DataSourceReader):
     def __init__(self, options: Mapping[str, str]) -> None:
         self.topic = _topic(options)
         self.env = storage_env(options)
+        self.include_headers = read_options(options).include_headers
         chosen = _partition_list(options)
         start_mode, start_at = parse_offsets(
             _opt(options, "startingOffsets"), "startingOffsets", default="earliest", allowed=("earliest", "latest")
@@ -211,4 +223,4 @@ class LlogBatchReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, OffsetRange):  # Spark's placeholder when there is nothing to read
             return iter(())
-        return read_range(self.env, partition)
+        return read_range(self.env, partition, self.include_headers)

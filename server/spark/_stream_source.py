@@ -10,7 +10,7 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
 from .._errors import ConfigError
-from ._options import _int_opt, _opt, _partition_list, _resolve, _topic, parse_offsets, storage_env
+from ._options import _int_opt, _opt, _partition_list, _resolve, _topic, parse_offsets, read_options, storage_env
 from ._read_source import DEFAULT_CHUNK_RECORDS, OffsetRange, _chunks, _Log, read_range
 
 if TYPE_CHECKING:
@@ -28,6 +28,7 @@ class LlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: Mapping[str, str]) -> None:
         self.topic = _topic(options)
         self.env = storage_env(options)
+        self.include_headers = read_options(options).include_headers
         self.fixed = _partition_list(options)
         self.start_mode, self.start_at = parse_offsets(
             _opt(options, "startingOffsets"), "startingOffsets", default="latest", allowed=("earliest", "latest")
@@ -127,7 +128,7 @@ class LlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, OffsetRange):  # Spark's placeholder when there is nothing to read
             return iter(())
-        return read_range(self.env, partition)
+        return read_range(self.env, partition, self.include_headers)
 
     def commit(self, end: dict) -> None:
         """Nothing to do: the log keeps no consumer state."""

@@ -22,6 +22,7 @@ from ..client import (
     parse_broker_list,
 )
 from ._options import _int_opt, _opt, _topic, producer_options
+from ._sink_columns import check_sink_columns
 from ..client._partitioner import KeyPartitioner, check_partition_column
 from ..client._record_chunks import first_null
 
@@ -39,44 +40,99 @@ log = logging.getLogger(__name__)
 
 def produce_arrow_batches(
     batches: Iterator[pa.RecordBatch],
-    topic: str,
+    topic: str | None,
     config: ProducerConfig,
     *,
     partitions: int | None,
     value_column: str = "value",
     key_column: str | None = None,
     partition_column: str | None = None,
+    headers_column: str | None = None,
+    timestamp_column: str | None = None,
+    topic_column: str | None = None,
     task_index: int = 0,
     on_progress: Any = None,
 ) -> tuple[int, ProduceStats]:
     """Produce every row of ``batches`` (one Spark task); returns ``(rows, stats)``.
 
-    The partition of a row is its ``partition_column`` value, else Kafka's
-    murmur2 partition of its ``key_column`` value (a null key spreads like no
-    key), else round-robin starting at ``task_index``. A null value or
-    partition raises ValueError: rows are never dropped.
+    Columns as Kafka's sink takes them: ``value`` (a null is a tombstone),
+    and optionally ``key`` (stored, and hashed for the partition), ``headers``
+    (array of struct<key string, value binary>), ``timestamp`` (the
+    record's time; none: when sent) and ``topic`` (used when ``topic`` is
+    None). The partition of a row is its ``partition_column`` value, else
+    Kafka's murmur2 partition of its key (a null key spreads like no key),
+    else round-robin starting at ``task_index``. A null partition raises
+    ValueError: rows are never dropped.
     """
     partitioner = KeyPartitioner(partitions or 1, start=task_index)
+    producers: dict[str, TaskProducer] = {}
     rows = 0
-    with TaskProducer(topic, config, on_progress=on_progress) as producer:
+    stats = ProduceStats()
+    try:
         for batch in batches:
             if batch.num_rows == 0:
                 continue
-            values = batch.column(batch.schema.get_field_index(value_column))
-            if partition_column is not None:
-                col = batch.column(batch.schema.get_field_index(partition_column))
-                parts = check_partition_column(col, partitions, first_row=rows)
-            elif key_column is not None:
-                parts = partitioner.assign_column(batch.column(batch.schema.get_field_index(key_column)))
-            else:
-                parts = partitioner.spread_array(batch.num_rows)
-            null = first_null(values)
-            if null is not None:
-                raise ValueError(f"row {rows + null} of the task has a null value; a record value must be a string or bytes")
-            producer.add(values, parts)
+            for name, part in _by_topic(batch, topic, topic_column, rows):
+                producer = producers.get(name)
+                if producer is None:
+                    producer = producers[name] = TaskProducer(name, config, on_progress=on_progress)
+                _add(producer, part, rows, partitioner, partitions, value_column, key_column, partition_column,
+                     headers_column, timestamp_column)
             rows += batch.num_rows
-        stats = producer.flush()
+        for producer in producers.values():
+            stats.merge(producer.flush())
+    finally:
+        for producer in producers.values():
+            producer.close()
     return rows, stats
+
+
+def _by_topic(batch: pa.RecordBatch, topic: str | None, topic_column: str | None, first_row: int):
+    """``(topic, rows)`` pieces of ``batch``: all of it for a fixed topic, else split by its topic column."""
+    import pyarrow.compute as pc
+
+    if topic is not None:
+        yield topic, batch
+        return
+    col = batch.column(batch.schema.get_field_index(topic_column))
+    null = first_null(col)
+    if null is not None:
+        raise ValueError(f"row {first_row + null} of the task has a null topic; set the column or the topic option")
+    for name in pc.unique(col).to_pylist():
+        yield name, batch.filter(pc.equal(col, name))
+
+
+def _add(producer: TaskProducer, batch: pa.RecordBatch, first_row: int, partitioner: KeyPartitioner,
+         partitions: int | None, value_column: str, key_column: str | None, partition_column: str | None,
+         headers_column: str | None, timestamp_column: str | None) -> None:
+    column = batch.schema.get_field_index
+    values = batch.column(column(value_column))
+    keys = batch.column(column(key_column)) if key_column is not None else None
+    if partition_column is not None:
+        parts = check_partition_column(batch.column(column(partition_column)), partitions, first_row=first_row)
+    elif keys is not None:
+        parts = partitioner.assign_column(keys)
+    else:
+        parts = partitioner.spread_array(batch.num_rows)
+    headers = None
+    if headers_column is not None:
+        headers = [None if hs is None else [(h["key"], h["value"]) for h in hs]
+                   for hs in batch.column(column(headers_column)).to_pylist()]
+    stamps = None
+    if timestamp_column is not None:
+        stamps = timestamps_ms(batch.column(column(timestamp_column)))
+    producer.add(values, parts, keys=keys, headers=headers, timestamps=stamps)
+
+
+def timestamps_ms(col: pa.Array):
+    """A Spark timestamp column (Arrow timestamp, any unit) or integer ms as int64 ms; null: when sent (-1)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if pa.types.is_timestamp(col.type):
+        col = pc.cast(col, pa.timestamp("ms", col.type.tz)).cast(pa.int64())
+    return np.asarray(col.fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64)
 
 
 class _ProgressSender:
@@ -116,9 +172,7 @@ class LlogWriter(DataSourceArrowWriter):
     """
 
     def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
-        from pyspark.sql.types import BinaryType, ByteType, IntegerType, LongType, ShortType, StringType
-
-        self.topic = _topic(options)
+        self.topic = _topic(options, required=False)
         brokers = _opt(options, "brokers")
         if not brokers:
             raise ConfigError('option "brokers" is required to write: .option("brokers", "http://127.0.0.1:8080")')
@@ -127,24 +181,16 @@ class LlogWriter(DataSourceArrowWriter):
         self.progress_address = _opt(options, "_progressAddress")
         self.summary_path = _opt(options, "_summaryPath")
         fields = {f.name: f.dataType for f in schema.fields}
-        if "value" not in fields:
-            raise ConfigError(f"the DataFrame needs a 'value' column (string or binary); it has {list(fields)}")
-        if not isinstance(fields["value"], (StringType, BinaryType)):
-            raise ConfigError(f"column 'value' must be string or binary, got {fields['value'].simpleString()}")
-        self.partition_column = "partition" if "partition" in fields else None
-        self.key_column = "key" if "key" in fields and self.partition_column is None else None
-        if self.partition_column and not isinstance(fields["partition"], (IntegerType, LongType, ShortType, ByteType)):
-            raise ConfigError(f"column 'partition' must be an integer, got {fields['partition'].simpleString()}")
-        if self.key_column and not isinstance(fields["key"], (StringType, BinaryType)):
-            raise ConfigError(f"column 'key' must be string or binary (cast it), got {fields['key'].simpleString()}")
-        if self.partition_column is None and self.partitions is None:
+        self.columns = check_sink_columns(fields, has_topic=self.topic is not None)
+        if self.columns.partition is None and self.partitions is None:
             raise ConfigError(
                 'option "partitions" (the partition count) is required unless the DataFrame has a partition column'
             )
 
     def ensure_topic(self) -> None:
-        """On the driver, before any task writes: the topic has the partitions rows go to."""
-        if self.partitions is not None:
+        """On the driver, before any task writes: the topic has the partitions rows go to
+        (a topic column's topics are created by the brokers on first produce)."""
+        if self.partitions is not None and self.topic is not None:
             ensure_topic(self.config.brokers, self.topic, self.partitions)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> LlogCommitMessage:
@@ -153,9 +199,11 @@ class LlogWriter(DataSourceArrowWriter):
         ctx = TaskContext.get()
         reporter = _ProgressSender(self.progress_address, ctx) if self.progress_address else None
         try:
+            c = self.columns
             rows, stats = produce_arrow_batches(
                 iterator, self.topic, self.config, partitions=self.partitions, value_column="value",
-                key_column=self.key_column, partition_column=self.partition_column,
+                key_column=c.key, partition_column=c.partition, headers_column=c.headers,
+                timestamp_column=c.timestamp, topic_column=c.topic,
                 task_index=ctx.partitionId() if ctx is not None else 0, on_progress=reporter,
             )
             if reporter is not None:

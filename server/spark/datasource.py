@@ -14,14 +14,21 @@
 
 **Batch read** goes straight to Oxia and S3 with
 :class:`~server.leaderless_log_reader.LeaderlessLogReader` (no broker in the
-path). Schema ``topic string, partition int, offset long, value binary``.
-The driver snapshots each partition's high watermark when the read is
-planned; one input partition per (topic-partition, chunk of at most
-``maxRecordsPerPartition`` offsets), so a large partition is read in
-parallel. Input partitions carry only topic, partition and an offset range;
-the reader object carries the resolved storage settings, and each Python
-worker opens its clients inside ``read()`` (once per worker process, then
-reused by the worker's later tasks).
+path). The columns are those of Spark's Kafka source, in its order, so a
+query written for ``format("kafka")`` runs by changing the format name:
+``key binary, value binary, topic string, partition int, offset long,
+timestamp timestamp, timestampType int`` (:data:`SCHEMA`), and with
+``includeHeaders`` a last column ``headers array<struct<key string, value
+binary>>`` (null for a record without headers). ``offset`` is llog's offset
+(from 1); ``timestamp`` is the record's CreateTime or, when ``timestampType``
+is 1, its LogAppendTime. The driver snapshots each partition's high
+watermark when the read is planned; one input partition per
+(topic-partition, chunk of at most ``maxRecordsPerPartition`` offsets), so
+a large partition is read in parallel. Input partitions carry only topic,
+partition and an offset range; the reader object carries the resolved
+storage settings, and each Python worker opens its clients inside
+``read()`` (once per worker process, then reused by the worker's later
+tasks). The streaming read has the same columns.
 
 **Streaming read** (``DataSourceStreamReader``): the offset of a micro-batch
 is ``{"<topic>": {"<partition>": next_offset, ...}}``, the next offset to read
@@ -34,17 +41,22 @@ repeat (given an idempotent sink such as the file sink). Supports
 ``maxRecordsPerTrigger`` and ``Trigger.AvailableNow``.
 
 **Write** (``df.write.format("llog").mode("append")``) goes through the
-brokers with the produce job's client (:mod:`server.client`):
-column ``value`` (string or binary) is the record; an integer ``partition``
-column places it explicitly, else a ``key`` column (string or binary) picks
-Kafka's murmur2 partition, else records are spread evenly over
-``partitions``. Other columns (``topic``, ``offset`` ...) are ignored: the
-``topic`` option names the destination. At-least-once, like the produce job.
+brokers with the produce job's client (:mod:`server.client`) and takes the
+columns of Spark's Kafka sink (:mod:`server.spark._sink_columns`): ``value``
+(string or binary; a null is a tombstone) is the record's value; ``key``
+(string or binary) is stored with it; ``headers`` (array<struct<key string,
+value binary>>) and ``timestamp`` (timestamp) are kept; an integer
+``partition`` column places a record explicitly, else its key picks Kafka's
+murmur2 partition, else records are spread evenly over ``partitions``; a
+``topic`` column names each row's topic when the ``topic`` option is not
+set (the option wins, as in Kafka's sink). Other columns (``offset`` ...)
+are ignored, so a DataFrame read from ``llog`` or Kafka writes back as it
+is. At-least-once, like the produce job.
 
 Options (case-insensitive):
 
 =================================  =============================================================
-``topic``                          required
+``topic``                          required to read; to write, unless a ``topic`` column
 ``partitions``                     read: partitions to read, ``"0,1,5"`` or ``[0, 1, 5]``
                                    (default: every initialized one). write: the partition
                                    count (needed without a ``partition`` column)
@@ -57,6 +69,8 @@ Options (case-insensitive):
 ``maxRecordsPerTrigger``           stream: most records per micro-batch (default: all)
 ``partitionDiscoveryIntervalMs``   stream: how often new partitions are looked for
                                    (default 10000; 0 = every micro-batch)
+``includeHeaders``                 read: ``true`` adds the ``headers`` column (default
+                                   ``false``; :class:`~server.spark._options.ReadOptions`)
 ``oxia.serviceAddress``            ... and ``oxia.namespace``, ``rootPrefix``,
                                    ``s3.endpoint``, ``s3.region``, ``s3.accessKeyId``,
                                    ``s3.secretAccessKey``, ``s3.sessionToken``: where the
@@ -66,9 +80,11 @@ Options (case-insensitive):
 ``maxRequestBytes``                write: as the produce job's ``--max-request-bytes``
                                    (and ``maxRequestRecords``, ``maxRetries``,
                                    ``maxInFlight``)
-``produceBody``                    write: ``binary`` (default: records sent as
-                                   ``bytes-batch-v1``, spliced into the WAL as sent) or
+``produceBody``                    write: ``binary`` (default: records sent as Kafka
+                                   RecordBatch v2 batches, stored as sent) or
                                    ``json`` (for brokers that accept JSON only)
+``maxBatchBytes``                  write: largest batch sent (default 1,000,000; a topic
+                                   refuses batches over its ``max.message.bytes``)
 =================================  =============================================================
 
 Offsets are inclusive and start at 1, as everywhere in llog; an explicit
@@ -96,6 +112,7 @@ from ._options import (
     _resolve_end,
     _topic,
     parse_offsets,
+    read_options,
     storage_env,
 )
 from ._read_source import (
@@ -121,9 +138,14 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
 
-__all__ = ["LlogDataSource", "register", "SCHEMA", "OffsetRange", "parse_offsets", "produce_arrow_batches"]
+__all__ = [
+    "LlogDataSource", "register", "SCHEMA", "HEADERS_SCHEMA", "OffsetRange", "parse_offsets", "produce_arrow_batches",
+]
 
-SCHEMA = "topic string, partition int, offset long, value binary"
+# Spark's Kafka source schema (KafkaRecordToRowConverter), every column nullable;
+# the Arrow batches the readers send are server.spark._arrow_records.SCHEMA / HEADERS_SCHEMA.
+SCHEMA = "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, timestampType int"
+HEADERS_SCHEMA = f"{SCHEMA}, headers array<struct<key: string, value: binary>>"
 
 
 def register(spark: SparkSession) -> None:
@@ -142,7 +164,7 @@ class LlogDataSource(DataSource):
         return "llog"
 
     def schema(self) -> str:
-        return SCHEMA
+        return HEADERS_SCHEMA if read_options(self.options).include_headers else SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return LlogBatchReader(self.options)

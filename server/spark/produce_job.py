@@ -15,13 +15,21 @@ when called as a function. What one record holds:
   written (verbatim, not re-serialized; blank lines are skipped); for CSV,
   Parquet and DataFrames it is ``to_json`` of the row, nulls kept; for text
   it is the line.
-- ``--value-column C``: that column; a binary column is sent as bytes
-  (``{"base64": ...}`` on the wire), a string as its UTF-8 bytes, anything
-  else as its JSON text (structs, arrays, maps) or string form.
+- ``--value-column C``: that column; a binary column is sent as bytes, a
+  string as its UTF-8 bytes, anything else as its JSON text (structs,
+  arrays, maps) or string form.
+- ``--key-column C``: the record's key (its string form unless string or
+  binary), stored with the record.
+- ``--timestamp-column C``: the record's timestamp (a timestamp, integer
+  ms, or a string Spark can parse); default: when sent.
+- ``--headers-column C``: the record's headers (a JSON object or struct: one
+  header per field; a map<string, string>; or an array of struct<key string,
+  value binary or string>).
 
-Partitioning: with ``--key-column`` a record goes to Kafka's murmur2
-partition of its key (``_partitioner``), so equal keys share a partition;
-without one, or for a null key, records are spread round-robin.
+Partitioning: ``--partition-column C`` names each row's partition; else with
+``--key-column`` a record goes to Kafka's murmur2 partition of its key
+(``_partitioner``), so equal keys share a partition; without either, or for
+a null key, records are spread round-robin.
 
 The rows go through the ``llog`` data source's writer
 (``df.write.format("llog")``, :mod:`server.spark.datasource`): each Spark
@@ -131,6 +139,9 @@ class ProduceOptions:
     key_column: str | None = None
     value_column: str | None = None
     """Default: the whole row as JSON text."""
+    timestamp_column: str | None = None
+    headers_column: str | None = None
+    partition_column: str | None = None
     input_format: str | None = None
     """json | csv | parquet | text; default: from the input's extension."""
     max_request_bytes: int = same_as(ProducerConfig, "max_request_bytes")
@@ -139,6 +150,7 @@ class ProduceOptions:
     max_in_flight: int = same_as(ProducerConfig, "max_in_flight")
     """Concurrent requests per Spark task."""
     body: str = same_as(ProducerConfig, "body")
+    max_batch_bytes: int = same_as(ProducerConfig, "max_batch_bytes")
     """The client's settings (:data:`PRODUCER_SETTINGS`): declared, with their
     defaults and bounds, once on :class:`ProducerConfig`."""
     csv_header: bool = True
@@ -370,9 +382,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--topic", required=True, help="topic to produce to")
     p.add_argument("--partitions", type=int, default=1, help="partition count (default 1)")
     p.add_argument(
-        "--key-column", help="column whose value picks the partition (Kafka murmur2); default: spread evenly"
+        "--key-column", help="column stored as the record's key; it picks the partition (Kafka murmur2) "
+        "unless --partition-column is given; default: no key, spread evenly"
     )
     p.add_argument("--value-column", help="column sent as the record (default: the whole row as JSON text)")
+    p.add_argument("--timestamp-column", help="column holding each record's timestamp (default: when sent)")
+    p.add_argument("--headers-column",
+                   help="column holding each record's headers: map<string,string> or array<struct<key,value>>")
+    p.add_argument("--partition-column", help="column holding each record's partition (default: by key or spread)")
     p.add_argument(
         "--brokers", action="append", required=True,
         help="broker URL(s), comma-separated or repeated, e.g. http://127.0.0.1:8080",
@@ -397,6 +414,9 @@ def main(argv: list[str] | None = None) -> int:
             partitions=args.partitions,
             key_column=args.key_column,
             value_column=args.value_column,
+            timestamp_column=args.timestamp_column,
+            headers_column=args.headers_column,
+            partition_column=args.partition_column,
             input_format=args.format,
             csv_header=not args.no_csv_header,
             progress_interval_s=args.progress_interval_s,

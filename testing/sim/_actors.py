@@ -232,7 +232,7 @@ def reader(world: World, name: str, rng: random.Random, reads: int) -> None:
             elif how == "iter_from":
                 got = [(x.offset, x.payload) for x in r.iter_from(tp[0], tp[1], offset, offset + rng.randint(0, 12))]
             else:
-                got = [(o, run.records[o - run.base_offset]) for run in r.iter_runs(tp[0], tp[1], offset)
+                got = [(o, run.records[o - run.base_offset].value) for run in r.iter_runs(tp[0], tp[1], offset)
                        for o in range(run.first, run.last + 1)]
         except SimCrash:
             r = world.new_reader()

@@ -186,7 +186,7 @@ class Checker:
             if flavour == "iter_from":
                 got = [(x.offset, x.payload) for x in r.iter_from(topic, partition, 1)]
             elif flavour == "iter_runs":
-                got = [(o, run.records[o - run.base_offset])
+                got = [(o, run.records[o - run.base_offset].value)
                        for run in r.iter_runs(topic, partition, 1) for o in range(run.first, run.last + 1)]
             elif flavour == "read_range":
                 got = [(x.offset, x.payload) for x in r.read_range(topic, partition, 1, hw)] if hw else []

@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from server.leaderless_log_writer import LeaderlessLogWriter
+from tests._records import stored_size
 from tests._waiting import wait_until
 from tests.integration._raw_http import MALFORMED_REQUESTS, parse_answer, raw_until_closed
 
@@ -247,15 +248,16 @@ def test_503_under_back_pressure_writes_nothing_of_the_rejected_request(broker_f
     # No flush is due by time (the delay never comes), only by bytes: the
     # first request stays buffered until the test fills the buffer, so the
     # second waits LLOG_BATCH_MAX_BLOCK_MS (1 s by default) for room in vain.
+    # The buffer holds the stored batches: exactly the first request's and the last one's.
+    cap = str(stored_size([b"a" * 1000] * 600) + stored_size([b"d" * 1000] * 400))
     b = broker_factory(env={
-        "LLOG_BATCH_MAX_BYTES": "1000000", "LLOG_BATCH_MAX_BUFFER_BYTES": "1000000",
-        "LLOG_BATCH_MAX_DELAY_MS": "600000",
+        "LLOG_BATCH_MAX_BYTES": cap, "LLOG_BATCH_MAX_BUFFER_BYTES": cap, "LLOG_BATCH_MAX_DELAY_MS": "600000",
     })
     with ThreadPoolExecutor(2) as pool:
         first = pool.submit(
             b.new_client().produce, [{"topic": "t", "partition": 0, "records": ["a" * 1000] * 600}]
         )
-        wait_until(lambda: b.client.gauge("batcher_inflight_bytes") >= 600_000, 10,
+        wait_until(lambda: b.client.gauge("batcher_inflight_bytes") >= stored_size([b"a" * 1000] * 600), 10,
                    "the first request to reach the producer")
         reply = b.client.produce([
             {"topic": "t", "partition": 0, "records": ["b" * 1000] * 300},

@@ -47,7 +47,7 @@ def test_a_read_process_serves_records_published_by_a_write_process(split) -> No
     assert reader.client.storage_ops() == before  # served from the shared directory
     assert reader.client.counter("tail_cache_lookups_total", result="hit") == 3
     # Only validated topic names ever become directories.
-    assert sorted(p.name for p in cache_dir.glob("v1/*/*")) == ["t"]
+    assert sorted(p.name for p in cache_dir.glob("v2/*/*")) == ["t"]
 
 
 def test_a_read_process_long_poll_is_woken_by_the_write_process(split) -> None:

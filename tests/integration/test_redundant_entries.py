@@ -16,12 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from server._protocol.codec import decode_batch_bounds
 from server._protocol.keys import LogLayout
 from server._protocol.records import IndexEntry
 from server._storage.metastore import EXPECT_ABSENT, OxiaMetadataStore
 from server.leaderless_log_compactor import CompactionOutcome, LeaderlessLogCompactor
-from server.leaderless_log_reader import LeaderlessLogReader
+from server.leaderless_log_reader import LeaderlessLogReader, stored
 from server.leaderless_log_writer import LeaderlessLogWriter, SharedAppendGroup
 
 from ._spark_helpers import llog_options, spark  # noqa: F401
@@ -67,7 +66,7 @@ def library_reads(reader: LeaderlessLogReader, topic: str, want: list[bytes]) ->
     assert [r.payload for r in reader.read_range(topic, 0, 1, n)] == want
     for start in (1, 2, n // 2, n):
         assert [r.payload for r in reader.iter_from(topic, 0, start)] == want[start - 1:]
-    runs = list(reader.iter_runs(topic, 0, 1, decode=decode_batch_bounds))
+    runs = list(reader.iter_runs(topic, 0, 1, decode=stored))
     assert sum(run.count for run in runs) == n and runs[-1].last == n
 
 

@@ -35,18 +35,26 @@ def read(spark, env, **options):
     return spark.read.format("llog").options(**llog_options(env), **options).load()
 
 
+KAFKA_COLUMNS = (
+    "struct<key:binary,value:binary,topic:string,partition:int,offset:bigint,timestamp:timestamp,timestampType:int"
+)
+HEADERS_COLUMN = "headers:array<struct<key:string,value:binary>>"
+
+
 def test_batch_read_whole_topic_bounds_and_chunks(spark, broker_factory, llog_env) -> None:
     broker = broker_factory()
     topic = f"br-{uuid.uuid4().hex[:8]}"
     values = fill(broker.client, topic, {0: 25, 1: 10, 2: 3})
 
     df = read(spark, llog_env, topic=topic)
-    assert df.schema.simpleString() == "struct<topic:string,partition:int,offset:bigint,value:binary>"
-    rows = df.collect()
+    assert df.schema.simpleString() == KAFKA_COLUMNS + ">"
+    rows = df.selectExpr("*", "unix_millis(timestamp) AS ms").collect()
     assert sorted((r.partition, r.offset, r.value) for r in rows) == sorted(
         (p, i + 1, v) for p, vs in values.items() for i, v in enumerate(vs)
     )
     assert {r.topic for r in rows} == {topic}
+    assert {r.key for r in rows} == {None} and {r.timestampType for r in rows} == {0}  # CreateTime
+    assert all(abs(r.ms - time.time() * 1000) < 600_000 for r in rows)  # stamped by the broker at produce
 
     # One input partition per chunk of at most 4 offsets: 7 + 3 + 1.
     chunked = read(spark, llog_env, topic=topic, maxRecordsPerPartition="4")
@@ -64,6 +72,89 @@ def test_batch_read_whole_topic_bounds_and_chunks(spark, broker_factory, llog_en
     assert only.count() == 0
 
 
+def test_keys_headers_and_timestamps_come_back_in_kafkas_columns(spark, broker_factory, llog_env) -> None:
+    broker = broker_factory()
+    topic = f"kc-{uuid.uuid4().hex[:8]}"
+    records = [
+        {"value": "v0", "key": "k0", "headers": [{"key": "trace", "value": "t0"}, {"key": "empty", "value": None}],
+         "timestamp_ms": 1_700_000_000_001},
+        {"value": None, "key": "k0", "timestamp_ms": 1_700_000_000_002},  # a tombstone
+        {"value": {"base64": "AP8="}, "headers": [{"key": "bin", "value": {"base64": "AAE="}}],
+         "timestamp_ms": 1_700_000_000_003},
+        "plain",  # value only: no key, no headers, the broker's time
+    ]
+    reply = broker.client.produce([{"topic": topic, "partition": 1, "records": records}])
+    assert reply.status == 200, reply.body
+
+    df = read(spark, llog_env, topic=topic, partitions="1", includeHeaders="true")
+    assert df.schema.simpleString() == f"{KAFKA_COLUMNS},{HEADERS_COLUMN}>"
+    rows = df.orderBy("offset").selectExpr("*", "unix_millis(timestamp) AS ms").collect()
+    assert [(r.offset, r.key, r.value, r.timestampType) for r in rows] == [
+        (1, b"k0", b"v0", 0), (2, b"k0", None, 0), (3, None, b"\x00\xff", 0), (4, None, b"plain", 0),
+    ]
+    assert [r.ms for r in rows[:3]] == [1_700_000_000_001, 1_700_000_000_002, 1_700_000_000_003]
+    assert [None if r.headers is None else [(h.key, h.value) for h in r.headers] for r in rows] == [
+        [("trace", b"t0"), ("empty", None)], None, [("bin", b"\x00\x01")], None,
+    ]
+    assert "headers" not in read(spark, llog_env, topic=topic, partitions="1").columns  # Kafka's default
+
+    # A LogAppendTime topic: every record reads as the broker's append time, timestampType 1.
+    appended = f"{topic}-append"
+    created = broker.client.request("POST", "/topics", {
+        "name": appended, "partitions": 1, "config": {"message.timestamp.type": "LogAppendTime"},
+    })
+    assert created.status == 201, created.body
+    before = int(time.time() * 1000)
+    reply = broker.client.produce([{"topic": appended, "partition": 0, "records": [
+        {"value": "a", "key": "k", "timestamp_ms": 5}, {"value": "b", "timestamp_ms": 6},
+    ]}])
+    assert reply.status == 200, reply.body
+    rows = read(spark, llog_env, topic=appended).selectExpr("timestampType", "unix_millis(timestamp) AS ms").collect()
+    assert {r.timestampType for r in rows} == {1}
+    assert len({r.ms for r in rows}) == 1 and before - 1000 <= rows[0].ms <= time.time() * 1000 + 1000
+
+
+def kafka_style_counts(stream_or_batch):
+    """A query as written for Spark's ``format("kafka")`` source: only the
+    reader's format (and its topic options) differ."""
+    from pyspark.sql import functions as F
+
+    events = stream_or_batch.selectExpr(
+        "CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value", "topic", "partition", "offset", "timestamp",
+        "timestampType",
+    )
+    return (events.where("key IS NOT NULL AND timestampType = 0")
+            .groupBy("key").agg(F.count("*").alias("n"), F.max("timestamp").alias("last_ts"),
+                                F.max(F.length("value")).alias("longest")))
+
+
+def test_a_query_written_for_kafkas_source_runs_unchanged(spark, broker_factory, llog_env) -> None:
+    broker = broker_factory()
+    topic = f"kq-{uuid.uuid4().hex[:8]}"
+    base_ms = 1_700_000_000_000
+    records = [{"value": f"order-{i}", "key": f"customer-{i % 3}", "timestamp_ms": base_ms + i} for i in range(30)]
+    records += [{"value": "no key"}, "no key either"]
+    for p in (0, 1):
+        reply = broker.client.produce([{"topic": topic, "partition": p, "records": records[p::2]}])
+        assert reply.status == 200, reply.body
+    want = {f"customer-{c}": (10, max(i for i in range(30) if i % 3 == c)) for c in range(3)}
+
+    batch = kafka_style_counts(read(spark, llog_env, topic=topic, partitions="0,1"))
+    got = {r.key: (r.n, r.last_ts) for r in batch.collect()}
+    assert {k: n for k, (n, _) in got.items()} == {k: n for k, (n, _) in want.items()}
+    ms = {r.key: r.ms for r in batch.selectExpr("key", "unix_millis(last_ts) AS ms").collect()}
+    assert ms == {k: base_ms + i for k, (_, i) in want.items()}
+
+    name = f"kq_{uuid.uuid4().hex[:8]}"
+    stream = (spark.readStream.format("llog").options(**llog_options(llog_env)).option("topic", topic)
+              .option("partitions", "0,1").option("startingOffsets", "earliest").load())
+    query = (kafka_style_counts(stream).writeStream.format("memory").queryName(name).outputMode("complete")
+             .trigger(availableNow=True).start())
+    assert query.awaitTermination(120)
+    assert query.exception() is None
+    assert {r.key: r.n for r in spark.sql(f"select * from {name}").collect()} == {k: n for k, (n, _) in want.items()}
+
+
 def test_batch_read_bad_options_say_what_is_wrong(spark, broker_factory, llog_env) -> None:
     broker = broker_factory()
     topic = f"bo-{uuid.uuid4().hex[:8]}"
@@ -78,6 +169,7 @@ def test_batch_read_bad_options_say_what_is_wrong(spark, broker_factory, llog_en
         ({"topic": topic, "partitions": "70"}, r"partition\(s\) \[70\] of topic .* are not initialized"),
         ({"topic": "never-written"}, "has no initialized partitions"),
         ({"topic": topic, "maxRecordsPerPartition": "0"}, "maxRecordsPerPartition must be >= 1"),
+        ({"topic": topic, "includeHeaders": "sometimes"}, "option includeHeaders must be 1 or 0"),
     ]
     for options, match in cases:
         with pytest.raises(Exception, match=match):
@@ -113,6 +205,60 @@ def test_df_write_round_trip_key_and_partition_columns(spark, broker_factory, ll
         .mode("append").option("topic", spread).option("brokers", broker.url).option("partitions", "4").save()
     counts = Counter(r.partition for r in read(spark, llog_env, topic=spread).collect())
     assert counts == {0: 10, 1: 10, 2: 10, 3: 10}
+
+
+def test_df_write_stores_kafkas_sink_columns_and_every_reader_gets_them_back(
+    spark, broker_factory, llog_env, reader, tmp_path: Path,
+) -> None:
+    """``key``, ``value`` (a null one a tombstone), ``headers``, ``timestamp`` and
+    ``partition`` columns, as Kafka's sink takes them, read back identical through
+    the library, /consume, ``spark.read`` and ``readStream``."""
+    import datetime as dt
+
+    broker = broker_factory()
+    topic = f"dwk-{uuid.uuid4().hex[:8]}"
+    utc = dt.timezone.utc
+    rows = [
+        (f"k{i % 3}", None if i == 4 else f"v{i}".encode(), [("trace", f"t{i}".encode()), ("null", None)],
+         dt.datetime.fromtimestamp(1_700_000_000 + i, utc), i % 2)
+        for i in range(8)
+    ]
+    schema = "key string, value binary, headers array<struct<key:string,value:binary>>, timestamp timestamp, " \
+             "partition int"
+    spark.createDataFrame(rows, schema).coalesce(1).write.format("llog").mode("append") \
+        .option("topic", topic).option("brokers", broker.url).option("partitions", "2").save()
+
+    def want(p: int) -> list[tuple]:
+        return [(k.encode(), v, tuple(h), (1_700_000_000 + i) * 1000)
+                for i, (k, v, h, _, part) in enumerate(rows) if part == p]
+
+    for p in (0, 1):
+        # The library.
+        got = [(r.key, r.value, r.headers, r.timestamp_ms) for r in reader.iter_from(topic, p, 1)]
+        assert got == want(p)
+        # /consume.
+        res = broker.client.consume([{"topic": topic, "partition": p, "fetch_offset": 1}], max_wait_ms=0).json
+        got = [((r["key"] or "").encode(), None if r["value"] is None else r["value"].encode(),
+                tuple((h["key"], None if h["value"] is None else h["value"].encode()) for h in r["headers"]),
+                r["timestamp_ms"]) for r in res["results"][0]["records"]]
+        assert got == want(p)
+    # spark.read.
+    frame = read(spark, llog_env, topic=topic, includeHeaders="true").selectExpr(
+        "partition", "offset", "key", "value", "headers", "unix_millis(timestamp) AS ms")
+    got = {(r.partition, r.offset): (r.key, r.value, tuple((h.key, h.value) for h in r.headers), r.ms)
+           for r in frame.collect()}
+    assert [got[(p, o + 1)] for p in (0, 1) for o in range(len(want(p)))] == want(0) + want(1)
+    # readStream.
+    name = f"dwk_{uuid.uuid4().hex[:8]}"
+    stream = (spark.readStream.format("llog").options(**llog_options(llog_env)).option("topic", topic)
+              .option("partitions", "0,1").option("startingOffsets", "earliest").option("includeHeaders", "true")
+              .load())
+    query = (stream.selectExpr("partition", "offset", "key", "value", "headers", "unix_millis(timestamp) AS ms")
+             .writeStream.format("memory").queryName(name).trigger(availableNow=True).start())
+    assert query.awaitTermination(120) and query.exception() is None
+    streamed = {(r.partition, r.offset): (r.key, r.value, tuple((h.key, h.value) for h in r.headers), r.ms)
+                for r in spark.sql(f"select * from {name}").collect()}
+    assert streamed == got
 
 
 def test_df_write_bad_options_fail_before_any_write(spark, broker_factory) -> None:
@@ -196,7 +342,8 @@ def test_stream_starting_latest_skips_the_past(spark, broker_factory, llog_env, 
     topic = f"sl-{uuid.uuid4().hex[:8]}"
     fill(broker.client, topic, {0: 5}, tag="old")
     query = (
-        spark.readStream.format("llog").options(**llog_options(llog_env)).option("topic", topic).load()
+        spark.readStream.format("llog").options(**llog_options(llog_env)).option("topic", topic)
+        .option("includeHeaders", "true").load()
         .writeStream.format("memory").queryName(f"q_{uuid.uuid4().hex[:8]}").trigger(processingTime="200 milliseconds")
         .start()
     )
@@ -214,3 +361,6 @@ def test_stream_starting_latest_skips_the_past(spark, broker_factory, llog_env, 
     finally:
         query.stop()
     assert sorted((r.offset, r.value) for r in rows) == [(6, b"new-0-0"), (7, b"new-0-1"), (8, b"new-0-2")]
+    assert [(r.key, r.headers, r.timestampType) for r in rows] == [(None, None, 0)] * 3
+    assert list(rows[0].asDict()) == ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType",
+                                      "headers"]

@@ -62,7 +62,9 @@ def test_cli_round_trip_every_row_once_and_keys_stay_together(broker_factory, ll
     summary = json.loads(summary_path.read_text())
     assert summary["rows_read"] == summary["records_acked"] == 3000
     assert summary["retries"] == 0 and summary["delivery"] == "at-least-once"
-    assert summary["bytes_acked"] == sum(len(line.encode()) for line in lines)
+    # Acknowledged bytes are keys and values: the key column is stored with its record.
+    assert summary["bytes_acked"] == sum(len(line.encode()) + len(str(r["customer"]).encode())
+                                         for line, r in zip(lines, rows))
 
     got = consume_partitions(b1.client, topic, range(4))
     consumed = [v.decode() for recs in got.values() for _, v in recs]
@@ -75,6 +77,10 @@ def test_cli_round_trip_every_row_once_and_keys_stay_together(broker_factory, ll
             partitions_of[json.loads(v)["customer"]].add(p)
     for customer, ps in partitions_of.items():
         assert ps == {partition_for_key(customer, 4)}
+    # The key is the record's key, end to end.
+    records = b1.client.consume([{"topic": topic, "partition": 0, "fetch_offset": 1}], max_wait_ms=0).json
+    keyed = records["results"][0]["records"]
+    assert keyed and all(r["key"] == str(json.loads(r["value"])["customer"]) for r in keyed)
     # Each partition went to its rendezvous broker: both brokers took writes.
     assert produce_count(b1) > 0 and produce_count(b2) > 0
 
@@ -96,6 +102,29 @@ def test_dataframe_with_binary_value_and_int_key(spark, broker_factory) -> None:
     for p, recs in got.items():
         for _, v in recs:
             assert expected[int(v[3:])  % 13] == p
+
+
+def test_key_timestamp_headers_and_partition_columns_are_stored_with_each_record(
+    spark, broker_factory, reader, tmp_path: Path,
+) -> None:
+    """JSON lines with the job's column flags: each record keeps its key,
+    timestamp (integer ms) and headers (a map), in the partition its row names."""
+    broker = broker_factory()
+    topic = f"cols-{uuid.uuid4().hex[:8]}"
+    rows = [{"id": i, "who": f"c{i % 4}", "at": 1_700_000_000_000 + i, "meta": {"src": f"s{i}"}, "part": i % 2}
+            for i in range(20)]
+    lines = write_jsonl(tmp_path / "rows.jsonl", rows)
+    summary = run_produce_job(
+        spark, str(tmp_path / "rows.jsonl"),
+        ProduceOptions(topic=topic, brokers=(broker.url,), partitions=2, key_column="who", timestamp_column="at",
+                       headers_column="meta", partition_column="part", progress_interval_s=0.5),
+        progress=lambda line: None,
+    )
+    assert summary.stats.records_acked == 20
+    for p in (0, 1):
+        got = [(r.value.decode(), r.key, r.timestamp_ms, r.headers) for r in reader.iter_from(topic, p, 1)]
+        assert got == [(line, row["who"].encode(), row["at"], (("src", row["meta"]["src"].encode()),))
+                       for line, row in zip(lines, rows) if row["part"] == p]
 
 
 def test_csv_and_parquet_inputs_send_rows_as_json(spark, broker_factory, tmp_path: Path) -> None:
@@ -206,7 +235,7 @@ def test_bad_options_fail_before_any_write(spark, broker_factory, tmp_path: Path
         run_produce_job(spark, str(good), ProduceOptions(**opts, key_column="nope"))
     with pytest.raises(ConfigError, match="--value-column 'nope' is not a column"):
         run_produce_job(spark, spark.createDataFrame([(1,)], "a int"), ProduceOptions(**opts, value_column="nope"))
-    with pytest.raises(ConfigError, match="needs structured input"):
+    with pytest.raises(ConfigError, match="need structured input"):
         run_produce_job(spark, str(good), ProduceOptions(**opts, input_format="text", key_column="customer"))
     assert produce_count(broker) == 0
 

@@ -192,7 +192,7 @@ def test_corrupted_s3_bytes_raise_corruption_error(writer, reader, s3):
     s3.put_object(Bucket=bucket, Key=key, Body=bytes(blob))
     with pytest.raises(CorruptBatch) as info:
         reader.read_offset("corrupt", 0, 1)
-    assert "checksum" in str(info.value)
+    assert "CRC-32C mismatch" in str(info.value)
     # truncated object: the range GET returns fewer bytes than the entry says
     s3.put_object(Bucket=bucket, Key=key, Body=bytes(blob[: r.byte_offset + 10]))
     with pytest.raises(CorruptBatch):

@@ -25,6 +25,7 @@ from server.leaderless_log_broker import Response
 from server.leaderless_log_metrics import LlogMetrics
 from server.leaderless_log_reader import LeaderlessLogReader
 from server.leaderless_log_writer import BatchingProducer, LeaderlessLogWriter, SharedAppendGroup
+from tests._records import stored_size
 from tests._waiting import wait_until
 
 from server._broker.topics import BrokerTopics
@@ -183,8 +184,9 @@ def test_409_a_fenced_partition_next_to_an_open_one(cluster: Cluster) -> None:
     ok, fenced = d["results"]
     assert ok["ok"] and ok["start_offset"] == 1
     assert not fenced["ok"] and fenced["error_type"] == "PartitionFenced"
-    # The acknowledged batch counts although the request as a whole got 409.
-    assert (counter(broker, "produce_records_total"), counter(broker, "produce_payload_bytes_total")) == (1, 2)
+    # The acknowledged batch counts (its bytes as stored) although the request as a whole got 409.
+    assert (counter(broker, "produce_records_total"), counter(broker, "produce_payload_bytes_total")) == (
+        1, stored_size([b"aa"]))
 
 
 def test_409_names_a_batch_whose_outcome_is_unknown(cluster: Cluster) -> None:
@@ -210,18 +212,22 @@ def test_413_more_records_than_the_cap(cluster: Cluster) -> None:
 
 
 def test_413_more_payload_than_the_producer_buffer(cluster: Cluster) -> None:
-    broker = cluster.broker(batch=BatchConfig(max_bytes=8, max_delay_ms=1, max_buffer_bytes=8))
-    resp = broker.produce(body(("t", 0, ["12345", "6789"])))
+    cap = stored_size([b"1234", b"5678"])  # the buffer counts the records as stored batches
+    broker = cluster.broker(batch=BatchConfig(max_bytes=cap, max_delay_ms=1, max_buffer_bytes=cap))
+    resp = broker.produce(body(("t", 0, ["12345", "6789"])))  # one byte more
     assert resp.status == 413
     assert doc(resp)["error_type"] == "RequestTooLarge" and "LLOG_BATCH_MAX_BUFFER_BYTES" in doc(resp)["error"]
+    assert f"take {cap + 1} bytes as stored batches" in doc(resp)["error"]
     assert broker.produce(body(("t", 0, ["1234", "5678"]))).status == 200  # at the cap: accepted
 
 
 def test_503_when_back_pressure_refuses_every_batch(cluster: Cluster) -> None:
-    broker = cluster.broker(batch=BatchConfig(max_bytes=8, max_delay_ms=1, max_buffer_bytes=8, max_block_ms=0))
+    # Room for the first request and one byte less than either batch of the second.
+    cap = stored_size([b"12345"]) + stored_size([b"12"]) - 1
+    broker = cluster.broker(batch=BatchConfig(max_bytes=cap, max_delay_ms=1, max_buffer_bytes=cap, max_block_ms=0))
     cluster.writer.block.set()
     first, answers = in_thread(lambda: broker.produce(body(("t", 0, ["12345"]))))
-    assert cluster.writer.entered.wait(10)  # 5 of 8 buffer bytes are in flight
+    assert cluster.writer.entered.wait(10)  # the first batch's bytes are in flight
     resp = broker.produce(body(("t", 0, ["12"]), ("t", 1, ["34"])))
     assert resp.status == 503 and ("Retry-After", "1") in resp.headers
     d = doc(resp)
@@ -238,7 +244,7 @@ def test_a_flush_only_request_flushes_what_the_broker_holds(cluster: Cluster) ->
     answered at once with no results and writes nothing itself."""
     broker = cluster.broker(batch=BatchConfig(max_delay_ms=60_000))
     waiting, answer = in_thread(lambda: broker.produce(body(("t", 0, ["a", "b"]))))
-    wait_until(lambda: broker.producer.inflight_bytes == 2, what="the produce buffered")
+    wait_until(lambda: broker.producer.inflight_bytes == stored_size([b"a", b"b"]), what="the produce buffered")
     resp = broker.produce(json.dumps({"topic_partitions": [], "flush": True}).encode())
     assert resp.status == 200 and doc(resp) == {"results": [], "success_count": 0, "error_count": 0}
     waiting.join(10)
@@ -250,10 +256,13 @@ def test_a_flush_only_request_flushes_what_the_broker_holds(cluster: Cluster) ->
 def test_a_produce_over_a_full_buffer_waits_for_room_then_commits(cluster: Cluster) -> None:
     """Within LLOG_BATCH_MAX_BLOCK_MS a full buffer delays a produce instead
     of refusing it: it is answered 200 once the flush in the way commits."""
-    broker = cluster.broker(batch=BatchConfig(max_bytes=8, max_delay_ms=1, max_buffer_bytes=8, max_block_ms=10_000))
+    cap = stored_size([b"12345"]) + stored_size([b"6789"]) - 1  # room for either request, not both
+    broker = cluster.broker(
+        batch=BatchConfig(max_bytes=cap, max_delay_ms=1, max_buffer_bytes=cap, max_block_ms=10_000)
+    )
     cluster.writer.block.set()
     first, first_answer = in_thread(lambda: broker.produce(body(("t", 0, ["12345"]))))
-    assert cluster.writer.entered.wait(10)  # 5 of 8 buffer bytes are in flight
+    assert cluster.writer.entered.wait(10)  # the first batch's bytes are in flight
     second, second_answer = in_thread(lambda: broker.produce(body(("t", 0, ["6789"]))))
     metrics = broker.producer.metrics
     wait_until(lambda: metrics.counter("batcher_backpressure_waits_total") == 1, what="the second produce waiting")
@@ -361,18 +370,23 @@ def test_a_produce_request_id_is_logged_on_the_flush_it_joined(cluster: Cluster,
 
 
     caplog.set_level(logging.DEBUG, logger="server")
-    # Flushes are cut by size only (2 bytes; the delay never comes): "xx" fills
-    # the first, and "a" with "b" the second, however the threads interleave.
-    broker = cluster.broker(batch=BatchConfig(max_bytes=2, max_delay_ms=60_000))
+    # Flushes are cut by size only (the batches of "a" and "b" together; the
+    # delay never comes): the long first record fills the first, and "a" with
+    # "b" the second, however the threads interleave.
+    size = stored_size([b"a"]) + stored_size([b"b"])
+    long = "x" * 80
+    assert stored_size([long.encode()]) >= size
+    broker = cluster.broker(batch=BatchConfig(max_bytes=size, max_delay_ms=60_000))
     cluster.writer.block.set()
-    first, _ = in_thread(lambda: broker.produce(body(("t", 0, ["xx"]))))
+    first, _ = in_thread(lambda: broker.produce(body(("t", 0, [long]))))
     assert cluster.writer.entered.wait(10)  # the first flush is held while the next two requests arrive
     a, out_a = in_thread(lambda: broker.produce(body(("t", 0, ["a"]))))
     b, out_b = in_thread(lambda: broker.produce(body(("t", 1, ["b"]))))
     def ids() -> list[str]:
         return re.findall(r"produce (\w{12}): ", caplog.text)
 
-    wait_until(lambda: len(ids()) == 3 and broker.producer.inflight_bytes >= 4, 10, "both requests buffered")
+    buffered = stored_size([long.encode()]) + size
+    wait_until(lambda: len(ids()) == 3 and broker.producer.inflight_bytes >= buffered, 10, "both requests buffered")
     cluster.writer.block.clear()
     cluster.writer.release.set()
     for t in (first, a, b):

@@ -17,10 +17,12 @@ import pytest
 
 from server._protocol.http_json import ConsumePartition, ConsumeRequest
 from server._broker.consume import BrokerConsumeService
+from server._broker.produce_encoding import encode_groups
 from server._broker.tail_cache import MemoryTailCache, NullTailCache, TailSignals, TailWaiter
 from server._config import BatchConfig, OxiaConfig, S3Config
 from server._errors import ObjectNotFound, OffsetOutOfRange, PartitionNotInitialized
 from server._protocol.keys import TopicPartition
+from server._protocol.stored_batches import StoredBatches
 from server._storage.metastore import InMemoryMetadataStore
 from server._storage.objectstore import InMemoryObjectStore
 from server.leaderless_log_reader import LeaderlessLogReader
@@ -29,6 +31,7 @@ from server.leaderless_log_writer import (
     LeaderlessLogWriter,
     SharedAppendGroup,
 )
+from tests._records import one_per_record, stored, stored_size
 
 OXIA = OxiaConfig("fake:1", root_prefix="llog")
 S3 = S3Config("llog")
@@ -92,9 +95,12 @@ class Env:
             self.reader, self.cache, self.signals, local_writes_pending=lambda tp: tp in self.pending
         )
 
-    def produce(self, *groups: tuple[str, int, list[bytes]]) -> list:
-        """Through the producer, filling the cache (as the broker does)."""
+    def produce(self, *groups: tuple[str, int, list[bytes] | StoredBatches]) -> list:
+        """Through the producer, filling the cache (as the broker does: each
+        group encoded once, as one batch unless it is batches already, and
+        those very batches published)."""
         gs = [SharedAppendGroup(t, p, payloads) for t, p, payloads in groups]
+        gs = encode_groups(gs, {}, self.producer.runtime.clock.now_ms())
         results = self.producer.append_shared(gs, timeout=10)
         for g, r in zip(gs, results):
             r.raise_for_error()
@@ -143,12 +149,23 @@ def offsets(part) -> list[int]:
     return [o for o, _ in part.records]
 
 
+def values(part) -> tuple[tuple[int, bytes | None], ...]:
+    """``(offset, value)`` per record of ``part``."""
+    return tuple((o, r.value) for o, r in part.records)
+
+
+ONE = stored_size([b"a" * 100])
+"""Bytes of a 100-byte record as a batch of its own."""
+
+
 def test_a_cache_hit_touches_neither_oxia_nor_s3(env: Env) -> None:
     env.produce(("t", 0, [b"a", b"b", b"c"]))
     before = env.storage_calls()
     (part,) = env.consume(("t", 0, 2)).partitions
-    assert part.records == ((2, b"b"), (3, b"c"))
+    assert values(part) == ((2, b"b"), (3, b"c"))
     assert (part.next_fetch_offset, part.high_watermark) == (4, 3)
+    # From inside the batch: the whole batch is the answer's bytes (Kafka semantics).
+    assert part.payload_bytes == stored_size([b"a", b"b", b"c"])
     assert env.storage_calls() == before
 
 
@@ -157,7 +174,7 @@ def test_a_tail_claim_is_validated_once_and_finds_records_written_elsewhere(env:
     env.elsewhere("t", 0, [b"d", b"e"])  # offsets 4, 5 through another broker
     (part,) = env.consume(("t", 0, 4), max_wait_ms=60_000).partitions
     assert env.signals.timeouts == []  # found at once, without waiting
-    assert part.records == ((4, b"d"), (5, b"e")) and part.high_watermark == 5
+    assert values(part) == ((4, b"d"), (5, b"e")) and part.high_watermark == 5
 
 
 def test_a_confirmed_tail_waits_locally_without_polling_oxia(env: Env) -> None:
@@ -178,7 +195,7 @@ def test_long_poll_returns_when_a_record_arrives(env: Env) -> None:
     env.produce(("t", 0, [b"b"]))
     (part,) = poll.result(timeout=10).partitions
     assert env.signals.waits == [True]  # woken by the publish, once
-    assert part.records == ((2, b"b"),)
+    assert values(part) == ((2, b"b"),)
 
 
 @pytest.mark.parametrize("cache", ["memory", "off"])
@@ -186,13 +203,13 @@ def test_min_bytes_accumulates_across_wakeups(cache: str) -> None:
     env = Env(cache)
     try:
         env.produce(("t", 0, [b"a"]))
-        poll = env.long_poll(("t", 0, 2), max_wait_ms=60_000, min_bytes=15)
+        poll = env.long_poll(("t", 0, 2), max_wait_ms=60_000, min_bytes=stored_size([b"x" * 10]) + 1)
         env.produce(("t", 0, [b"x" * 10]))
-        env.signals.blocked(2)  # 10 bytes are not enough: it waits again
+        env.signals.blocked(2)  # one batch is not enough: it waits again
         env.produce(("t", 0, [b"y" * 10]))
         (part,) = poll.result(timeout=10).partitions
         assert env.signals.waits == [True, True]
-        assert part.records == ((2, b"x" * 10), (3, b"y" * 10))
+        assert values(part) == ((2, b"x" * 10), (3, b"y" * 10))
     finally:
         env.close()
 
@@ -201,19 +218,25 @@ def test_min_bytes_accumulates_across_wakeups(cache: str) -> None:
 def test_byte_limits(cache: str) -> None:
     env = Env(cache)
     try:
-        env.produce(("t", 0, [b"a" * 100] * 5), ("t", 1, [b"b" * 100] * 5), ("t", 2, [b"c" * 1000]))
-        parts = env.consume(("t", 0, 1), ("t", 1, 1), partition_max_bytes=250).partitions
+        # One batch per record, so the limits fall between records.
+        env.produce(("t", 0, one_per_record([b"a" * 100] * 5)), ("t", 1, one_per_record([b"b" * 100] * 5)),
+                    ("t", 2, [b"c" * 1000]))
+        big_size = stored_size([b"c" * 1000])
+        parts = env.consume(("t", 0, 1), ("t", 1, 1), partition_max_bytes=2 * ONE + ONE // 2).partitions
         assert [offsets(p) for p in parts] == [[1, 2], [1, 2]]
-        parts = env.consume(("t", 0, 1), ("t", 1, 1), max_bytes=350).partitions
+        assert [p.payload_bytes for p in parts] == [2 * ONE, 2 * ONE]
+        parts = env.consume(("t", 0, 1), ("t", 1, 1), max_bytes=3 * ONE + ONE // 2).partitions
         assert [offsets(p) for p in parts] == [[1, 2, 3], []]
         assert parts[1].high_watermark == 5 and parts[1].next_fetch_offset == 1
-        # An oversized first record: alone when the response is empty, or when
+        # An oversized first batch: alone when the response is empty, or when
         # it fits in what is left of max_bytes; never past max_bytes otherwise.
         (big,) = env.consume(("t", 2, 1), max_bytes=10, partition_max_bytes=10).partitions
-        assert offsets(big) == [1]
-        parts = env.consume(("t", 0, 1), ("t", 2, 1), max_bytes=2000, partition_max_bytes=150).partitions
+        assert offsets(big) == [1] and big.payload_bytes == big_size
+        parts = env.consume(("t", 0, 1), ("t", 2, 1), max_bytes=ONE + big_size,
+                            partition_max_bytes=ONE - 1).partitions
         assert [offsets(p) for p in parts] == [[1], [1]]
-        parts = env.consume(("t", 0, 1), ("t", 2, 1), max_bytes=600, partition_max_bytes=150).partitions
+        parts = env.consume(("t", 0, 1), ("t", 2, 1), max_bytes=ONE + big_size - 1,
+                            partition_max_bytes=ONE - 1).partitions
         assert [offsets(p) for p in parts] == [[1], []]
     finally:
         env.close()
@@ -228,9 +251,12 @@ def test_partitions_of_one_shared_blob_cost_one_get(cache: str) -> None:
         env.cache = NullTailCache(env.signals)
         env.service.cache = env.cache  # force the storage path
         parts = env.consume(*[("t", p, 1) for p in range(4)]).partitions
-        assert [p.records[0][1] for p in parts] == [b"r0", b"r1", b"r2", b"r3"]
+        assert [p.records[0][1].value for p in parts] == [b"r0", b"r1", b"r2", b"r3"]
         gets = {k: env.objs.calls.get(k, 0) - before.get(k, 0) for k in ("get", "range_get")}
         assert gets == {"get": 0, "range_get": 1}
+        # From inside a stored batch: the whole batch, its records from the offset on.
+        (part,) = env.consume(("t", 1, 2)).partitions
+        assert values(part) == ((2, b"r1"), (3, b"r1")) and part.payload_bytes == stored_size([b"r1"] * 3)
     finally:
         env.close()
 
@@ -272,15 +298,15 @@ def test_close_wakes_waiting_requests(env: Env) -> None:
 def test_results_keep_request_order(env: Env) -> None:
     env.produce(("t", 1, [b"a"]), ("t", 0, [b"b"]))
     parts = env.consume(("t", 1, 1), ("t", 0, 1)).partitions
-    assert [(p.topic, p.partition, p.records) for p in parts] == [("t", 1, ((1, b"a"),)), ("t", 0, ((1, b"b"),))]
+    assert [(p.topic, p.partition, values(p)) for p in parts] == [("t", 1, ((1, b"a"),)), ("t", 0, ((1, b"b"),))]
 
 
 @pytest.mark.parametrize("cache", ["memory", "off"])
 def test_a_partition_at_its_tail_does_not_hold_back_the_byte_budget(cache: str) -> None:
     env = Env(cache)
     try:
-        env.produce(("t", 0, [b"a" * 100]), ("t", 1, [b"b" * 100] * 3))
-        parts = env.consume(("t", 0, 2), ("t", 1, 1), max_bytes=250, partition_max_bytes=1000).partitions
+        env.produce(("t", 0, [b"a" * 100]), ("t", 1, one_per_record([b"b" * 100] * 3)))
+        parts = env.consume(("t", 0, 2), ("t", 1, 1), max_bytes=2 * ONE + ONE // 2, partition_max_bytes=1000).partitions
         assert [offsets(p) for p in parts] == [[], [1, 2]]
     finally:
         env.close()
@@ -300,7 +326,7 @@ def test_oxia_ahead_during_our_own_flush_waits_for_the_cache(env: Env) -> None:
     in_flight(env)
 
     def land() -> None:
-        env.cache.publish(TP0, 2, [b"b", b"c"])
+        env.cache.publish(TP0, 2, stored([b"b", b"c"]))
         env.pending.discard(TP0)
 
     before = dict(env.objs.calls)
@@ -308,7 +334,7 @@ def test_oxia_ahead_during_our_own_flush_waits_for_the_cache(env: Env) -> None:
     land()
     (part,) = poll.result(timeout=10).partitions
     assert env.signals.waits == [True]  # woken by our flush's publish
-    assert part.records == ((2, b"b"), (3, b"c"))
+    assert values(part) == ((2, b"b"), (3, b"c"))
     assert env.objs.calls == before  # from the cache, not S3
 
 
@@ -323,7 +349,7 @@ def test_a_deferred_partition_reads_storage_when_our_flush_fails(env: Env) -> No
     fail()
     (part,) = poll.result(timeout=10).partitions
     assert env.signals.waits == [True]  # woken by the failure, not out of time
-    assert part.records == ((2, b"b"), (3, b"c"))
+    assert values(part) == ((2, b"b"), (3, b"c"))
 
 
 def test_a_deferred_partition_reads_storage_at_the_deadline(env: Env) -> None:
@@ -331,4 +357,4 @@ def test_a_deferred_partition_reads_storage_at_the_deadline(env: Env) -> None:
     env.signals.time_runs_out = True
     (part,) = env.consume(("t", 0, 2), max_wait_ms=60_000).partitions
     assert env.signals.waits == [False]  # max_wait_ms ran out, nothing woke it
-    assert part.records == ((2, b"b"), (3, b"c"))
+    assert values(part) == ((2, b"b"), (3, b"c"))

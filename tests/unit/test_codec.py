@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from server._errors import CorruptBatch, LlogError
+from server._protocol.kafka_batch import ENCODING
+from server._protocol.stored_batches import StoredBatches
 from server._protocol.codec import (
     BATCH_ENCODING,
     BATCH_HEADER_SIZE,
@@ -333,13 +335,16 @@ def test_golden_shared_blob() -> None:
         payloads = [base64.b64decode(p) for p in expected["payloads_base64"]]
         assert (part.topic, part.partition) == (expected["topic"], expected["partition"])
         assert (part.body_offset, part.body_length) == (expected["body_offset"], expected["body_length"])
+        assert part.encoding == ENCODING
         body = blob[part.body_offset:part.body_offset + part.body_length]
-        assert decode_batch(body, expected_count=part.msg_count) == payloads
-        groups.append((part.topic, part.partition, part.msg_count, encode_batch(payloads)))
+        batches = StoredBatches.check(body, expected_count=part.msg_count)
+        assert batches.values() == payloads
+        groups.append((part.topic, part.partition, part.msg_count, body))
     # Re-encoding the decoded content gives the identical object.
-    again, parts = encode_shared_blob(groups, header.created_at_ms)
+    again, parts = encode_shared_blob(groups, header.created_at_ms, ENCODING)
     assert again == blob
     assert tuple(parts) == header.partitions
+    assert StoredBatches.of_values(payloads, header.created_at_ms).data == body
 
 
 # --- LLS1 corruption ------------------------------------------------------

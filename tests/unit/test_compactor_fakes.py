@@ -321,11 +321,11 @@ def test_a_compactor_overtaken_while_it_fetched_stops_with_a_conflict(stores):
     a, b = make(stores, LeaderlessLogCompactor), make(stores, LeaderlessLogCompactor)
     real_fetch = a._reader.fetch_many
 
-    def fetch_after_b_and_vacuum(items):
+    def fetch_after_b_and_vacuum(items, decode):
         assert b.compact_once("orders", 0).outcome is CompactionOutcome.COMPACTED
         with make(stores, Vacuum, grace_ms=0, allow_unsafe_grace=True) as v:
             assert v.run_once().deleted
-        return real_fetch(items)
+        return real_fetch(items, decode)
 
     a._reader.fetch_many = fetch_after_b_and_vacuum
     assert a.compact_once("orders", 0).outcome is CompactionOutcome.CONFLICT
@@ -466,3 +466,59 @@ def test_a_tail_of_min_bytes_or_cut_by_a_run_limit_is_compacted_at_once(stores):
 def test_deferral_settings_are_checked(stores):
     with pytest.raises(InvalidRequest):
         make(stores, LeaderlessLogCompactor, min_bytes_per_run=-1)
+
+
+def _append_legacy(stores, values: list[bytes], created_at_ms: int) -> None:
+    """One append as the reference system wrote it: a ``bytes-batch-v1`` body in
+    a shared blob, committed through the writer's own C1-C5."""
+    from server._log.staging import StagedBlob
+    from server._protocol.codec import BATCH_ENCODING, encode_batch, encode_shared_blob
+    from server._protocol.records import PendingAppend
+
+    meta, objs = stores
+    key = LogLayout("llog").shared_wal_object(f"legacy-{created_at_ms}")
+    blob, (part,) = encode_shared_blob([("orders", 0, len(values), encode_batch(values))], created_at_ms)
+    objs.put("llog", key, blob)
+    template = PendingAppend(f"a-{created_at_ms}", 0, 0, len(values), EntryType.WAL, f"s3://llog/{key}",
+                             BATCH_ENCODING, part.body_offset, part.body_length, created_at_ms)
+    with make(stores, LeaderlessLogWriter) as w:
+        w.initialize_partition("orders", 0)
+        (res,) = w.commit_staged(StagedBlob((SharedAppendGroup("orders", 0, values),), (template,), None))
+        assert res.ok, res.error
+
+
+def test_a_range_of_legacy_and_new_entries_compacts_into_v2_batches_with_the_same_records(stores):
+    """Entries of the reference system (``bytes-batch-v1``) and new ones
+    (``kafka-batch-v2``, with keys and headers) compact into one object of
+    v2 batches: values, keys, headers and timestamps read back as before (a
+    legacy record reads as its entry's ``created_at_ms``)."""
+    import time
+
+    from server._protocol.kafka_batch import ENCODING, Record
+
+    now = int(time.time() * 1000)  # a blob must be young to be referenced (SPEC 7.0)
+    _append_legacy(stores, [b"old-1", b"old-2"], now - 3000)
+    new = [Record(b"new-1", b"k", (("h", b"v"),), 1_700_000_000_000), Record(None, b"k", (), 1_700_000_000_001)]
+    with make(stores, LeaderlessLogWriter) as w:
+        w.append_shared([SharedAppendGroup("orders", 0, new)])
+    _append_legacy(stores, [b"old-3"], now - 1000)
+
+    def records():
+        with make(stores, LeaderlessLogReader) as r:
+            return [(x.offset, x.payload, x.key, x.headers, x.timestamp_ms) for x in r.iter_from("orders", 0, 1)]
+
+    before = records()
+    assert before == [
+        (1, b"old-1", None, (), now - 3000), (2, b"old-2", None, (), now - 3000),
+        (3, b"new-1", b"k", (("h", b"v"),), 1_700_000_000_000), (4, None, b"k", (), 1_700_000_000_001),
+        (5, b"old-3", None, (), now - 1000),
+    ]
+    with make(stores, LeaderlessLogCompactor) as c:
+        assert c.compact_once("orders", 0).outcome is CompactionOutcome.COMPACTED
+    meta, _ = stores
+    (compacted,) = [IndexEntry.decode(rec.value) for rec in meta.range_scan(
+        "llog/orders/partitions/0/index/", "llog/orders/partitions/0/index/~", "orders:0")]
+    assert (compacted.type, compacted.encoding, compacted.msg_count) == (EntryType.COMPACTED, ENCODING, 5)
+    assert compacted.max_timestamp_ms == now - 1000
+    assert records() == before
+    check_invariants(*stores)

@@ -129,6 +129,6 @@ def test_records_that_do_not_fill_their_batch_are_refused():
     short = _bad(_bad(batch, 57, ">i", 2), 23, ">i", 1)
     with pytest.raises(CorruptBatch, match="bytes left"):
         decode_records(short)
-    garbage = _bad(build_batch([Record(b"x")], compression=Compression.GZIP), 61, ">i", 0x1F8B0000)
+    garbage = _bad(build_batch([Record(b"x", timestamp_ms=5)], compression=Compression.GZIP), 61, ">i", 0x1F8B0000)
     with pytest.raises(CorruptBatch, match="decompress"):
         decode_records(garbage)

@@ -44,6 +44,7 @@ from server._runtime import REAL_RUNTIME
 from server.leaderless_log_metrics import LlogMetrics
 from testing.history import FAILED, OK, UNKNOWN
 from testing._chaos_workload import classify_produce_reply
+from tests._records import stored_size
 
 from .test_broker import Cluster, body, consume_body, doc, in_thread
 from .test_error_tree import exception_classes
@@ -222,11 +223,12 @@ def _answer(resp: Any) -> tuple[int, dict[str, Any]]:
 
 
 def _back_pressure(cluster: Cluster) -> tuple[int, dict[str, Any]]:
-    broker = cluster.broker(batch=BatchConfig(max_bytes=8, max_delay_ms=1, max_buffer_bytes=8, max_block_ms=0))
+    cap = stored_size([b"12345"]) + stored_size([b"1234"]) - 1  # buffer bytes are stored batch bytes
+    broker = cluster.broker(batch=BatchConfig(max_bytes=cap, max_delay_ms=1, max_buffer_bytes=cap, max_block_ms=0))
     cluster.writer.block.set()
     first, _ = in_thread(lambda: broker.produce(body(("t", 0, ["12345"]))))
     assert cluster.writer.entered.wait(10)
-    answer = _answer(broker.produce(body(("t", 0, ["1234"]))))  # 5 + 4 of 8 bytes: refused
+    answer = _answer(broker.produce(body(("t", 0, ["1234"]))))  # both batches: one byte over the cap, refused
     cluster.writer.release.set()
     first.join(10)
     return answer

@@ -46,6 +46,7 @@ GOLDEN = {
     "control-fenced.json": ControlRecord,
     "index-wal-shared.json": IndexEntry,
     "index-compacted.json": IndexEntry,
+    "index-wal-legacy-v1.json": IndexEntry,
     "compaction-cursor.json": CompactionCursor,
     "compaction-deleting-old.json": CompactionRecord,
     "compactor-claim.json": CompactorClaim,

@@ -18,7 +18,7 @@ import pytest
 from server._protocol.http_json import ConsumePartition, ConsumeRequest
 from server._broker.consume import BrokerConsumeService
 from server._broker.tail_cache import NullTailCache, TailSignals
-from server._protocol.codec import decode_batch_bounds
+from server.leaderless_log_reader import stored
 from server._protocol.keys import LogLayout
 from server._storage.metastore import EXPECT_ABSENT, InMemoryMetadataStore
 from server._storage.objectstore import InMemoryObjectStore
@@ -61,7 +61,7 @@ def every_read_path(stores, want: list[bytes]) -> None:
         assert [x.payload for x in r.read_range("orders", 0, 1, n)] == want
         for start in range(1, n + 1):
             assert [x.payload for x in r.iter_from("orders", 0, start)] == want[start - 1:]
-        runs = list(r.iter_runs("orders", 0, 1, decode=decode_batch_bounds))
+        runs = list(r.iter_runs("orders", 0, 1, decode=stored))
         assert sum(run.count for run in runs) == n
         assert [run.first for run in runs][0] == 1 and runs[-1].last == n
         batches = list(r.scan_batches("orders", 0, 1, n))
@@ -74,7 +74,7 @@ def every_read_path(stores, want: list[bytes]) -> None:
                 (part,) = service.consume(request).partitions
                 assert part.error is None, part.error
                 assert [o for o, _ in part.records] == list(range(offset, part.next_fetch_offset))
-                got += [p for _, p in part.records]
+                got += [r.value for _, r in part.records]
                 offset = part.next_fetch_offset
             assert got == want[start - 1:]
 

@@ -29,8 +29,8 @@ from loadtest._harness.soak_plot import render_soak_plot
 from loadtest._harness.soak_run import SoakOptions, grace_is_legal, soak_scenario, vacuum_settings
 from loadtest._harness.soak_sampler import SoakSampler, object_kind
 from server._errors import CorruptBatch
-from server._protocol.codec import encode_batch
 from server._storage.objectstore import ObjectInfo
+from tests._records import stored
 
 MIB = 1024 * 1024
 T0 = 1_800_000_000_000
@@ -163,7 +163,7 @@ def test_the_payload_check_passes_the_hammers_records_and_names_what_differs():
     sent = 1_700_000_000 * 10**9
     check = PayloadCheck(64, 7, sent - 10**9, sent + 10**9)
     good = [hammer_record(sent + i, 64, 7) for i in range(5)]
-    assert check(encode_batch(good), 5) == good and check.records_checked == 5
+    assert check(stored(good)) == good and check.records_checked == 5
     cases = {
         "bytes, not 64": good[:2] + [good[2][:-1]],
         "another filler": good[:2] + [good[2][:-1] + b"#"],
@@ -172,7 +172,7 @@ def test_the_payload_check_passes_the_hammers_records_and_names_what_differs():
     }
     for expected, records in cases.items():
         with pytest.raises(CorruptBatch, match="not one the hammer sent"):
-            check(encode_batch(records), len(records))
+            check(stored(records))
         assert expected in check.problems[-1]
     assert check.bad_batches == len(cases)
 

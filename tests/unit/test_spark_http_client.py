@@ -15,7 +15,11 @@ from typing import Any, Callable, Iterator
 import pyarrow as pa
 import pytest
 
-from server._protocol.produce_binary import PRODUCE_BINARY_CONTENT_TYPE, parse_binary_produce
+from server._protocol.produce_binary import (
+    PRODUCE_BINARY_V2_CONTENT_TYPE as PRODUCE_BINARY_CONTENT_TYPE,
+    PRODUCE_VERSION_2,
+    parse_binary_produce,
+)
 from server._errors import ConfigError
 from server.client import (
     BrokerUnreachable,
@@ -44,15 +48,25 @@ def _as_json_body(raw: bytes, content_type: str) -> dict:
     if content_type != PRODUCE_BINARY_CONTENT_TYPE:
         return json.loads(raw)
 
-    def record(b: bytes) -> str | dict:
+    def text(b: bytes | None) -> str | dict | None:
+        if b is None:
+            return None
         try:
             return b.decode("utf-8")
         except UnicodeDecodeError:
             return {"base64": base64.b64encode(b).decode()}
 
-    req = parse_binary_produce(raw, max_records=10**9)
+    def record(r) -> str | dict | None:
+        if r.key is None and not r.headers and r.value is not None:
+            return text(r.value)  # a plain value, as the JSON body sends it
+        doc = {"value": text(r.value), "key": text(r.key)}
+        if r.headers:
+            doc["headers"] = [{"key": k, "value": text(v)} for k, v in r.headers]
+        return doc
+
+    req = parse_binary_produce(raw, max_records=10**9, version=PRODUCE_VERSION_2)
     return {"topic_partitions": [{"topic": g.topic, "partition": g.partition,
-                                  "records": [record(bytes(r)) for r in g.payloads]} for g in req.groups],
+                                  "records": [record(r) for r in g.payloads.all_records()]} for g in req.groups],
             "flush": req.flush}
 
 Script = Callable[[dict], tuple[int, dict]]
@@ -308,14 +322,14 @@ def test_text_records_keep_unicode_exactly(broker: FakeBroker) -> None:
     assert broker.requests[0]["topic_partitions"][0]["records"] == ["é€😀", '"quoted"\n']
 
 
-def test_null_record_is_an_error_not_a_drop(broker: FakeBroker) -> None:
-    with TaskProducer("t", config(broker.url)) as tp:
-        with pytest.raises(ValueError, match="record 1 of the batch is null"):
-            tp.add(["a", None], [0, 0])
+def test_a_null_value_is_a_tombstone_and_a_bad_partition_an_error(broker: FakeBroker, body: str) -> None:
+    with TaskProducer("t", config(broker.url, body=body)) as tp:
         with pytest.raises(ValueError, match="partition -1 is below 0"):
             tp.add(["a"], [-1])
-        assert tp.flush().records_acked == 0
-    assert broker.requests == []
+        tp.add(["a", None], [0, 0], keys=["k", None])
+        assert tp.flush().records_acked == 2
+    (request,) = broker.requests
+    assert request["topic_partitions"][0]["records"] == [{"value": "a", "key": "k"}, {"value": None, "key": None}]
 
 
 def test_503_back_pressure_is_retried_until_accepted(broker: FakeBroker) -> None:

@@ -86,6 +86,22 @@ def test_partition_list() -> None:
         _partition_list({"partitions": "a,b"})
 
 
+def test_include_headers_option_picks_kafkas_schema_with_or_without_headers() -> None:
+    from server.spark._options import ReadOptions, read_options
+    from server.spark.datasource import HEADERS_SCHEMA, SCHEMA, LlogDataSource
+
+    kafka = "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, timestampType int"
+    assert SCHEMA == kafka
+    assert HEADERS_SCHEMA == f"{kafka}, headers array<struct<key: string, value: binary>>"
+    assert read_options({}) == ReadOptions(include_headers=False)
+    assert read_options({"INCLUDEHEADERS": "true"}).include_headers is True
+    assert read_options({"includeHeaders": "false"}).include_headers is False
+    assert LlogDataSource({"topic": "t"}).schema() == SCHEMA
+    assert LlogDataSource({"topic": "t", "includeHeaders": "TRUE"}).schema() == HEADERS_SCHEMA
+    with pytest.raises(ConfigError, match="option includeHeaders must be 1 or 0 \\(or true/false\\), got 'maybe'"):
+        LlogDataSource({"topic": "t", "includeHeaders": "maybe"}).schema()
+
+
 def test_storage_env_options_win_over_the_environment() -> None:
     environ = {"LLOG_OXIA_SERVICE_ADDRESS": "env:1", "LLOG_ROOT_PREFIX": "envroot", "HOME": "/x"}
     env = storage_env({"oxia.serviceAddress": "opt:2", "s3.endpoint": "http://s3:9000"}, environ)

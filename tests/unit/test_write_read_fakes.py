@@ -238,7 +238,7 @@ def test_corrupted_bytes_raise_corrupt_batch(writer, reader, stores):
     objs.objects[(bucket, key)] = (bytes(flipped), t)
     with pytest.raises(CorruptBatch) as info:
         reader.read_offset("orders", 0, 1)
-    assert "checksum" in str(info.value) and info.value.partition == 0
+    assert "CRC-32C mismatch" in str(info.value) and info.value.partition == 0
 
 
 def test_ceiling_answer_from_another_partition_is_not_trusted(writer, reader, stores):
@@ -471,22 +471,23 @@ def test_fetch_many_uses_one_get_per_blob_for_adjacent_slices(writer, reader, st
     decoded = reader.fetch_many(items)
     spent = {k: v - before.get(k, 0) for k, v in objs.calls.items() if v - before.get(k, 0)}
     assert spent == {"range_get": 2}  # one span over the first blob's three slices, one for the second blob
-    assert decoded == [[b"0-a", b"0-b"], [b"0-c"], [b"1-a", b"1-b"], [b"2-a", b"2-b"]]
+    assert [[r.value for r in d] for d in decoded] == [[b"0-a", b"0-b"], [b"0-c"], [b"1-a", b"1-b"], [b"2-a", b"2-b"]]
 
 
 def test_iter_runs_hands_out_whole_batches_trimmed_to_the_range(writer, reader, stores):
-    from server._protocol.codec import decode_batch_bounds
+    from server.leaderless_log_reader import stored
 
     writer.initialize_partition("orders", 0)
     for chunk in ([b"a", b"b", b"c"], [b"d"], [b"e", b"f", b"g"]):
         writer.append_shared([SharedAppendGroup("orders", 0, chunk)])
     runs = list(reader.iter_runs("orders", 0, 2, 6))
     assert [(r.base_offset, r.first, r.last, r.count) for r in runs] == [(1, 2, 3, 2), (4, 4, 4, 1), (5, 5, 6, 2)]
-    assert runs[0].records == [b"a", b"b", b"c"]  # the whole decoded batch; first/last say what is wanted
-    # Another decoder, same runs: positions instead of copies.
-    (bounded,) = reader.iter_runs("orders", 0, 7, decode=decode_batch_bounds)
+    # The whole decoded batch; first/last say what is wanted.
+    assert [r.value for r in runs[0].records] == [b"a", b"b", b"c"]
+    # Another decoder, same runs: the checked batches, not decoded.
+    (bounded,) = reader.iter_runs("orders", 0, 7, decode=stored)
     assert (bounded.base_offset, bounded.first, bounded.last) == (5, 7, 7)
-    assert bounded.records.payload(7 - bounded.base_offset) == b"g"
+    assert len(bounded.records) == 3 and bounded.records.values()[7 - bounded.base_offset] == b"g"
     # Just past the high watermark: nothing; further: out of range, as iter_from.
     assert list(reader.iter_runs("orders", 0, 8)) == []
     with pytest.raises(OffsetOutOfRange):
@@ -494,7 +495,7 @@ def test_iter_runs_hands_out_whole_batches_trimmed_to_the_range(writer, reader, 
 
 
 def test_iter_runs_reports_corruption_from_any_decoder(writer, reader, stores):
-    from server._protocol.codec import decode_batch_bounds
+    from server.leaderless_log_reader import stored
 
     _, objs = stores
     writer.initialize_partition("orders", 0)
@@ -504,5 +505,5 @@ def test_iter_runs_reports_corruption_from_any_decoder(writer, reader, stores):
     flipped[-3] ^= 0x40
     objs.objects[(bucket, key)] = (bytes(flipped), t)
     with pytest.raises(CorruptBatch) as info:
-        list(reader.iter_runs("orders", 0, 1, decode=decode_batch_bounds))
-    assert "checksum" in str(info.value) and info.value.partition == 0
+        list(reader.iter_runs("orders", 0, 1, decode=stored))
+    assert "CRC-32C mismatch" in str(info.value) and info.value.partition == 0
