@@ -138,7 +138,14 @@ class PartitionNotInitialized(LlogError):
 
 
 class OffsetOutOfRange(LlogError):
-    """The offset is below the log start or not yet written."""
+    """The offset is below the log start or not yet written; ``log_start_offset`` and
+    ``high_watermark`` (when known) say where the log is, so a consumer can reset."""
+
+    def __init__(self, message: str, *, log_start_offset: int | None = None, high_watermark: int | None = None,
+                 **kwargs) -> None:
+        super().__init__(message, **kwargs)
+        self.log_start_offset = log_start_offset
+        self.high_watermark = high_watermark
 
 
 class PartitionFenced(LlogError):

@@ -72,6 +72,7 @@ COMPACTOR_ENV = {
     "LLOG_COMPACTOR_SHUTDOWN_TIMEOUT_MS": "5000",
     "LLOG_VACUUM_INTERVAL_MS": "1000",
     "LLOG_VACUUM_GRACE_MS": str(MIN_SAFE_GRACE_MS),
+    "LLOG_RETENTION_INTERVAL_MS": "1000",
 }
 READY_TIMEOUT_S = 60.0
 
@@ -205,12 +206,15 @@ class ChaosCluster:
         oxia_mode: str = "standalone",
         broker_env: Mapping[str, str] | None = None,
         compactor_env: Mapping[str, str] | None = None,
+        retention_ms: int = -1,
     ) -> None:
         if brokers < 1 or partitions < 1 or compactors < 1:
             raise ValueError("need at least one broker, one compactor and one partition")
         self.data_dir = Path(data_dir).resolve()
         self.topic = topic
         self.partitions = partitions
+        self.retention_ms = retention_ms
+        """The topic's retention.ms (-1 keeps everything)."""
         self.root_prefix = f"chaos-{uuid.uuid4().hex[:8]}"
         self._broker_count = brokers
         self._compactor_count = compactors
@@ -292,11 +296,18 @@ class ChaosCluster:
         return [*self.brokers, *self.compactors]
 
     def _initialize_partitions(self) -> None:
-        from server.leaderless_log_writer import LeaderlessLogWriter
+        """The topic in the catalogue, with its retention (the compactor service applies it), and its logs."""
+        from server._catalogue.catalogue import TopicCatalogue
+        from server._config import OxiaConfig
+        from server._protocol.keys import LogLayout
+        from server._storage.metastore import OxiaMetadataStore
 
-        with LeaderlessLogWriter.from_env(self.env) as writer:
-            for p in range(self.partitions):
-                writer.initialize_partition(self.topic, p)
+        meta = OxiaMetadataStore(OxiaConfig.from_env(self.env))
+        try:
+            TopicCatalogue(meta, LogLayout(self.root_prefix)).create(
+                self.topic, self.partitions, {"retention.ms": self.retention_ms})
+        finally:
+            meta.close()
 
     # -- faults -------------------------------------------------------------------------
 

@@ -8,7 +8,9 @@
 - ``Nemesis`` (``testing/_chaos_nemesis.py``) injects the faults.
 - ``TailConsumer`` follows every partition through ``/consume`` while the
   faults run: what it saw must still be in the log afterwards.
-- ``read_library`` and ``read_consume`` read every partition from offset 1
+- ``read_library`` and ``read_consume`` read every partition from its log
+  start (offset 1 until retention moves it; a read that finds the start moved
+  past it goes on from the new start, as a Kafka consumer resets)
   (``LeaderlessLogReader.iter_from``; ``/consume`` following
   ``next_fetch_offset``) into a ``ReadPass``, stepping over offsets they
   cannot read and recording why.
@@ -26,17 +28,22 @@ import time
 from collections import Counter
 from typing import Any, Mapping, Sequence
 
+from server._errors import OffsetOutOfRange
 from server._protocol.outcomes import (
     CONNECTION_LOST,
     CONNECTION_REFUSED,
     PROTOCOL_ERROR,
     Kind,
     answer_outcome,
+    error_type_of,
     item_outcome,
 )
 from testing.history import FAILED, OK, UNKNOWN, ProducedBatch, ReadPass
 from testing._chaos_cluster import ChaosCluster
 from testing._chaos_nemesis import Nemesis, NemesisEvent
+
+_OUT_OF_RANGE = error_type_of(OffsetOutOfRange)
+"""A read below the log start: reset to the start the answer names (retention moved it)."""
 
 __all__ = [
     "History",
@@ -249,6 +256,11 @@ class TailConsumer(threading.Thread):
                 self.errors[f"HTTP {status}"] += 1
                 continue
             for res in answer["results"]:
+                if res.get("error_type") == _OUT_OF_RANGE and res.get("log_start_offset", 1) > 1:
+                    # Retention moved the start past this consumer: reset to it, as Kafka clients do.
+                    next_offset[res["partition"]] = max(next_offset[res["partition"]], res["log_start_offset"])
+                    self.errors["reset_to_log_start"] += 1
+                    continue
                 if not res.get("ok"):
                     self.errors[str(res.get("error_type"))] += 1
                     continue
@@ -264,7 +276,7 @@ class TailConsumer(threading.Thread):
 # -- reads ----------------------------------------------------------------------------------
 
 
-def _library_partition(reader: Any, topic: str, partition: int) -> tuple[dict[int, bytes], dict[int, str], int]:
+def _library_partition(reader: Any, topic: str, partition: int) -> tuple[dict[int, bytes], dict[int, str], int, int]:
     from server._errors import LlogError
 
     def retrying(fn: Any) -> Any:
@@ -276,10 +288,12 @@ def _library_partition(reader: Any, topic: str, partition: int) -> tuple[dict[in
                     raise
                 time.sleep(0.2 * 2**attempt)  # backoff between retries of a transient storage error
 
-    hw = retrying(lambda: reader.high_watermark(topic, partition))
+    control = retrying(lambda: reader.control(topic, partition))
+    hw = control.high_watermark
     records: dict[int, bytes] = {}
     errors: dict[int, str] = {}
-    offset = 1
+    offset = control.log_start_offset
+    start = offset
     bad: tuple[int, str] | None = None  # an error reported ahead of where the scan got to
     tries = 0
     while offset <= hw:
@@ -295,6 +309,13 @@ def _library_partition(reader: Any, topic: str, partition: int) -> tuple[dict[in
             if offset <= upto:
                 errors[offset] = f"the scan ended early, at {offset - 1} of {upto}"
                 offset += 1
+        except OffsetOutOfRange as exc:
+            if exc.log_start_offset is not None and offset < exc.log_start_offset:
+                offset = start = exc.log_start_offset  # retention moved the start past it: go on from there
+                records = {o: v for o, v in records.items() if o >= start}
+                continue
+            errors[offset] = f"OffsetOutOfRange: {_oneline(exc.message)}"
+            offset += 1
         except LlogError as exc:
             if exc.retriable and tries < RETRIES:
                 tries += 1
@@ -313,7 +334,7 @@ def _library_partition(reader: Any, topic: str, partition: int) -> tuple[dict[in
             for o in range(offset, hw + 1):
                 errors.setdefault(o, "not read: too many unreadable offsets")
             break
-    return records, errors, hw
+    return records, errors, hw, start
 
 
 def read_library(env: Mapping[str, str], topic: str, partitions: int, source: str = "library") -> tuple[ReadPass, dict[int, int]]:
@@ -323,14 +344,24 @@ def read_library(env: Mapping[str, str], topic: str, partitions: int, source: st
     records: dict[tuple[str, int], dict[int, bytes]] = {}
     errors: dict[tuple[str, int], dict[int, str]] = {}
     hws: dict[int, int] = {}
+    starts: dict[tuple[str, int], int] = {}
     with LeaderlessLogReader.from_env(env) as reader:
         for p in range(partitions):
-            got, bad, hw = _library_partition(reader, topic, p)
+            got, bad, hw, start = _library_partition(reader, topic, p)
             records[(topic, p)] = got
             if bad:
                 errors[(topic, p)] = bad
             hws[p] = hw
-    return ReadPass(source, records, errors), hws
+            starts[(topic, p)] = start
+    return ReadPass(source, records, errors, log_start=starts), hws
+
+
+def log_starts(env: Mapping[str, str], topic: str, partitions: int) -> dict[int, int]:
+    """Each partition's log start now (it only moves up: at least what any read saw)."""
+    from server.leaderless_log_reader import LeaderlessLogReader
+
+    with LeaderlessLogReader.from_env(env) as reader:
+        return {p: reader.log_start_offset(topic, p) for p in range(partitions)}
 
 
 def _value_bytes(value: Any) -> bytes:
@@ -365,12 +396,14 @@ def read_consume(port: int, topic: str, partitions: int, until: Mapping[int, int
     library's high watermark)."""
     records: dict[tuple[str, int], dict[int, bytes]] = {}
     errors: dict[tuple[str, int], dict[int, str]] = {}
+    starts: dict[tuple[str, int], int] = {}
     conn_box: list[http.client.HTTPConnection | None] = [None]
     try:
         for p in range(partitions):
             got: dict[int, bytes] = {}
             bad: dict[int, str] = {}
             offset, tries = 1, 0
+            starts[(topic, p)] = 1
             while True:
                 try:
                     status, doc = _consume(conn_box, port, {
@@ -382,6 +415,12 @@ def read_consume(port: int, topic: str, partitions: int, until: Mapping[int, int
                         bad[o] = f"no answer from /consume: {exc}"
                     break
                 res = doc["results"][0] if status == 200 else None
+                if res is not None and res.get("error_type") == _OUT_OF_RANGE and \
+                        res.get("log_start_offset", 1) > offset:
+                    offset = res["log_start_offset"]  # retention moved the start: reset to it, as Kafka clients do
+                    starts[(topic, p)] = offset
+                    got = {o: v for o, v in got.items() if o >= offset}
+                    continue
                 if res is None or not res.get("ok"):
                     retriable = res.get("retriable") if res else status >= 500
                     if retriable and tries < RETRIES:
@@ -408,4 +447,4 @@ def read_consume(port: int, topic: str, partitions: int, until: Mapping[int, int
     finally:
         if conn_box[0] is not None:
             conn_box[0].close()
-    return ReadPass(source, records, errors)
+    return ReadPass(source, records, errors, log_start=starts)

@@ -65,6 +65,7 @@ from testing._chaos_workload import (
     History,
     Producer,
     TailConsumer,
+    log_starts,
     read_consume,
     read_library,
 )
@@ -102,6 +103,8 @@ class ChaosOptions:
     """After the faults: how long each broker has to take a produce again."""
     compaction_wait_s: float = 30.0
     """After the first reads: how long the compactor has to compact every partition to its end."""
+    retention_ms: int = 15_000
+    """The topic's retention.ms (-1: keep everything): the log starts move while the faults run (SPEC 7.10)."""
     seed: int = 0
     data_dir: Path | None = None
     progress_s: float = 5.0
@@ -267,7 +270,7 @@ def run(opts: ChaosOptions, say: Callable[[str], None] = print) -> ChaosReport:
 
     oxia_mode = "cluster" if opts.oxia_node_loss else "standalone"
     with ChaosCluster(data_dir, partitions=opts.partitions, brokers=opts.brokers, compactors=opts.compactors,
-                      oxia_mode=oxia_mode) as cluster:
+                      oxia_mode=oxia_mode, retention_ms=opts.retention_ms) as cluster:
         phase("start")
         say(f"[chaos] up in {phases['start']:.1f}s: {opts.brokers} brokers, {opts.compactors} compactor(s), "
             f"Oxia {oxia_mode}, {opts.partitions} partitions of {cluster.topic!r} under {cluster.root_prefix}; "
@@ -319,7 +322,11 @@ def run(opts: ChaosOptions, say: Callable[[str], None] = print) -> ChaosReport:
         after, _ = read_library(cluster.env, cluster.topic, opts.partitions, "library-after-compaction")
         reads.append(after)
         reads.append(tail.read_pass())
+        starts = log_starts(cluster.env, cluster.topic, opts.partitions)
         result = check(history.batches, reads)
+        if any(s > 1 for s in starts.values()):
+            say(f"[chaos] retention moved {sum(s > 1 for s in starts.values())} log starts "
+                f"(up to offset {max(starts.values())}); acknowledged records below them are let go")
         phase("last_read_and_check")
         report = _report(opts, cluster, data_dir, ran_s, history, nemesis, result, liveness, compaction, phases)
         report.tail_consumer = {"requests": tail.requests, "errors": dict(tail.errors)}
@@ -385,6 +392,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--all", action="store_true", help="every fault above together")
     p.add_argument("--recover-seconds", type=float, default=60.0,
                    help="after the faults, how long each broker has to take a produce again (default 60)")
+    p.add_argument("--retention-ms", type=int, default=15_000,
+                   help="the topic's retention.ms: log starts move past old compacted ranges while the faults "
+                        "run; acknowledged records below them are let go (default 15000; -1 keeps everything)")
     p.add_argument("--compaction-wait", type=float, default=30.0,
                    help="after the first reads, how long the compactor has to catch up (default 30)")
     p.add_argument("--seed", type=int, default=None, help="seed of the producers' and the nemesis's choices")
@@ -401,7 +411,7 @@ def options_from_args(args: argparse.Namespace, seed: int) -> ChaosOptions:
         seconds=args.seconds, producers=args.producers, partitions=args.partitions, brokers=args.brokers,
         oxia_restart=not args.no_oxia_restart, faults=not args.no_faults,
         fault_interval_s=tuple(args.fault_interval), recover_s=args.recover_seconds,
-        compaction_wait_s=args.compaction_wait, seed=seed, data_dir=args.data_dir,
+        compaction_wait_s=args.compaction_wait, retention_ms=args.retention_ms, seed=seed, data_dir=args.data_dir,
         pause=args.pause or args.all, minio_restart=args.minio_restart or args.all,
         compactors=2 if args.two_compactors or args.all else 1, oxia_node_loss=args.oxia_node_loss or args.all,
     )

@@ -159,6 +159,13 @@ class ReadPass:
     failed: only what it did return is checked (values never sent,
     duplicates, failed batches, wrong offsets, and agreement with the
     complete reads)."""
+    log_start: Mapping[TP, int] = field(default_factory=dict)
+    """Per partition: the log start the read began at (retention let go of
+    what is below it, SPEC 7.10): a complete read covers only from there on."""
+
+    def covers(self, tp: TP, offset: int) -> bool:
+        """Whether a complete read must hold ``offset`` of ``tp`` (at or above its log start)."""
+        return offset >= self.log_start.get(tp, 1)
 
 
 class Violation(NamedTuple):
@@ -484,7 +491,7 @@ def _check_acknowledged(b: Batch, offsets: list[list[int]], read: ReadPass, foun
     records, errors, src = read.records.get(b.tp, {}), read.errors.get(b.tp, {}), read.source
     for i, at in enumerate(offsets):
         want = b.start_offset + i
-        if want in at or (not read.complete and not at):
+        if want in at or (not read.complete and not at) or (not at and not read.covers(b.tp, want)):
             continue
         if at:
             found.report((b.batch_id,), "wrong_offset", b.tp, want, b.batch_id,
@@ -514,9 +521,9 @@ def _compare_reads(reads: Sequence[ReadPass], found: _Collector) -> None:
                         if va != vb:
                             found.report((tp, offset), "divergent", tp, offset, None,
                                          f"{a.source} read {va[:40]!r}, {b.source} read {vb[:40]!r}", a.source)
-                    elif va is None and offset not in ea and a.complete:
+                    elif va is None and offset not in ea and a.complete and a.covers(tp, offset):
                         missing[a.source].append(offset)
-                    elif vb is None and offset not in eb and b.complete:
+                    elif vb is None and offset not in eb and b.complete and b.covers(tp, offset):
                         missing[b.source].append(offset)
                 for lacking, offs in missing.items():
                     other = a.source if lacking == b.source else b.source

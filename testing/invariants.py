@@ -88,6 +88,10 @@ class LogView:
     def counter(self) -> int:
         return 0 if self.control is None else self.control.sequence_counter
 
+    @property
+    def log_start(self) -> int:
+        return 1 if self.control is None else self.control.log_start_offset
+
 
 def _entry(end: int, e: IndexEntry) -> Entry:
     return Entry(end - e.msg_count + 1, end, e.type == EntryType.COMPACTED, e.data_key)
@@ -220,6 +224,7 @@ def check_log(tp: TP, v: LogView, prev: LogView | None = None, objects: set[str]
         return bad
     split = _split(v.entries)
     bad = _over_time(name, v, prev) + _pending(name, v, prev) + _coverage(name, v) + _cursor(name, v)
+    bad += _log_start(name, v, prev)
     bad += _disjoint(name, split) + _overlaps_allowed(name, v, split) + _compaction(name, v)
     if objects is not None:
         bad += _references(name, v, split, objects)
@@ -270,16 +275,30 @@ def _pending(name: str, v: LogView, prev: LogView | None) -> list[str]:
     return bad
 
 
+def _log_start(name: str, v: LogView, prev: LogView | None) -> list[str]:
+    """8.1.10: ``1 <= L <= c``; ``L`` never decreases; it moved with a time."""
+    L, cur = v.log_start, v.cursor
+    bad = []
+    if L < 1 or (cur is not None and L > cur):
+        bad.append(f"{name}: log start {L} outside [1, cursor {cur}] [8.1.10]")
+    if L > 1 and v.control.log_start_at_ms is None:
+        bad.append(f"{name}: log start {L} without log_start_at_ms [8.1.10]")
+    if prev is not None and prev.control is not None and L < prev.log_start:
+        bad.append(f"{name}: log start went back {prev.log_start} -> {L} [8.1.10]")
+    return bad
+
+
 def _coverage(name: str, v: LogView) -> list[str]:
     """8.1.5: no entry covers an offset outside ``[1, S - 1]``. 8.1.4: every
-    offset in ``[1, S - 1]`` is covered by an entry or by the pending."""
+    offset in ``[L, S - 1]`` (``L`` the log start) is covered by an entry or by
+    the pending; below ``L`` entries may be gone (SPEC 7.10)."""
     S, p = v.counter, v.control.pending
     bad = [f"{name}: entry [{e.start}, {e.end}] outside [1, {S - 1}] [8.1.5]"
            for e in v.entries if e.start < 1 or e.end >= S]
     intervals = [(e.start, e.end) for e in v.entries]
     if p is not None:
         intervals.append((p.start_offset, p.end_offset))
-    gap = _uncovered(intervals, 1, S - 1)
+    gap = _uncovered(intervals, v.log_start, S - 1)
     if gap is not None:
         bad.append(f"{name}: offset {gap} below the counter {S} is covered by nothing [8.1.4]")
     return bad
@@ -294,7 +313,7 @@ def _cursor(name: str, v: LogView) -> list[str]:
     bad = []
     if not 1 <= cur <= S:
         bad.append(f"{name}: cursor {cur} outside [1, {S}] [8.1.7]")
-    gap = _uncovered([(e.start, e.end) for e in v.entries if e.compacted], 1, cur - 1)
+    gap = _uncovered([(e.start, e.end) for e in v.entries if e.compacted], v.log_start, cur - 1)
     if gap is not None:
         bad.append(f"{name}: offset {gap} below the cursor {cur} is not COMPACTED [8.1.7]")
     if cur != S and not any(e.start == cur for e in v.entries) and not (p is not None and p.start_offset == cur):
@@ -411,8 +430,9 @@ def _references(name: str, v: LogView, split: _Split, objects: set[str]) -> list
 
 def check_settled(tp: TP, v: LogView) -> list[str]:
     """A quiet log (8.2: no ``meta/compaction``, no redundant entries) with
-    every append materialized: the entries tile ``[1, S - 1]`` in order,
-    COMPACTED below the cursor and WAL from it."""
+    every append materialized: the entries tile ``[L, S - 1]`` in order (``L``
+    the log start; entries wholly below it may linger until vacuum), COMPACTED
+    below the cursor and WAL from it."""
     name = f"{tp[0]}:{tp[1]}"
     if v.control is None:
         return [f"{name}: not initialized"]
@@ -421,6 +441,11 @@ def check_settled(tp: TP, v: LogView) -> list[str]:
         bad.append(f"{name}: a compaction is in flight: {v.compaction.state} [8.2 quiet]")
     expected = 1
     for e in v.entries:
+        if e.end < v.log_start:
+            expected = e.end + 1  # let go by retention, not yet vacuumed
+            continue
+        if expected < v.log_start <= e.start:
+            expected = v.log_start  # vacuumed below the log start
         if e.start != expected:
             bad.append(f"{name}: gap or overlap at [{e.start}, {e.end}] (expected {expected}) [8.2 quiet]")
         expected = e.end + 1

@@ -81,6 +81,7 @@ def _many(seeds: range, config: SimConfig, args: argparse.Namespace) -> int:
     steps = done = acked = failed = unknown = 0
     faults: Counter[str] = Counter()
     errors: Counter[str] = Counter()
+    retention: Counter[str] = Counter()
     orders: set[str] = set()
     handoffs: set[tuple[str, str]] = set()
     failures: list[SimFailure] = []
@@ -99,6 +100,7 @@ def _many(seeds: range, config: SimConfig, args: argparse.Namespace) -> int:
         steps += r.steps
         faults += r.faults
         errors += r.errors
+        retention += r.retention
         orders.add(r.order_hash)
         handoffs |= r.handoffs
         acked, failed, unknown = acked + r.acked, failed + r.failed, unknown + r.unknown
@@ -113,6 +115,7 @@ def _many(seeds: range, config: SimConfig, args: argparse.Namespace) -> int:
     print(f"appends: {acked} acknowledged, {failed} failed definitely, {unknown} unknown")
     print("  not acknowledged, by error: " + ", ".join(f"{k} {v}" for k, v in errors.most_common()))
     print("faults injected: " + (", ".join(f"{k} {v}" for k, v in sorted(faults.items())) or "none"))
+    print(f"retention: {retention['passes']} passes moved a log start {retention['advances']} times")
     print(f"distinct orders of protocol steps: {len(orders)} of {done - len(failures)} passing runs; "
           f"distinct handoffs (a step, then another actor's step): {len(handoffs)}")
     if failures:

@@ -90,6 +90,7 @@ APPEND_ID = "9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d"
 COMPACTION_ID = "c0ffee00-1234-4abc-8def-0123456789ab"
 COMPACTOR_ID = "compactor-1"
 TOPIC_ID = "7e57a11d-0c0f-4e1a-9b2c-3d4e5f607182"
+COMPACTED_SIZE = 4096
 
 BATCH_PAYLOADS: tuple[bytes, ...] = (b"alpha", b"", b"\x00\x01\xff")
 SHARED_GROUPS: tuple[tuple[str, int, tuple[bytes, ...]], ...] = (
@@ -245,6 +246,7 @@ def _oxia_values(blob: bytes) -> dict[str, tuple[str, bytes, bool]]:
         byte_length=None,
         created_at_ms=CREATED_AT_MS,
         max_timestamp_ms=CREATED_AT_MS + 5,
+        size_bytes=COMPACTED_SIZE,
     )
     compaction = CompactionRecord(
         compaction_id=COMPACTION_ID,
@@ -257,11 +259,18 @@ def _oxia_values(blob: bytes) -> dict[str, tuple[str, bytes, bool]]:
         created_at_ms=CREATED_AT_MS,
         last_entry_start_offset=4,
         max_timestamp_ms=CREATED_AT_MS + 5,
+        size_bytes=COMPACTED_SIZE,
     )
     return {
         "control-open.json": (keys.control, ControlRecord(LogState.OPEN, 1, None).encode(), False),
         "control-pending.json": (keys.control, ControlRecord(LogState.OPEN, 3, pending).encode(), False),
         "control-fenced.json": (keys.control, ControlRecord(LogState.FENCED, 3, None).encode(), False),
+        # Retention moved the log start past the compacted range 1..5 (SPEC 7.10).
+        "control-log-start.json": (
+            keys.control,
+            ControlRecord(LogState.OPEN, 9, None, log_start_offset=6, log_start_at_ms=CREATED_AT_MS + 60_000).encode(),
+            False,
+        ),
         "index-wal-shared.json": (keys.index(2), pending.index_entry().encode(), False),
         "index-compacted.json": (keys.index(5), compacted.encode(), False),
         "index-wal-legacy-v1.json": (keys.index(8), legacy.encode(), False),

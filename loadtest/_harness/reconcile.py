@@ -45,6 +45,11 @@ class Findings:
         self.warnings.append(message)
 
 
+FRAMING_BYTES_PER_RECORD = 21 + 61
+"""The most RecordBatch v2 adds to a record: its head (length, attributes, deltas) and,
+at worst, a batch header of its own (SPEC 6.3)."""
+
+
 def _compare(acked: float, accepted: float, excess_bound: float, restarted: bool) -> str:
     diff = accepted - acked
     if diff == 0:
@@ -70,9 +75,13 @@ def counter_check(client: Mapping[str, Any], totals: Mapping[str, Any], brokers:
     restarted = sorted(n for n, s in brokers.items() if s.lost_counts())
     bound_r = unknown["requests"] * per_request
     rows = {}
-    for name, acked, accepted, scale in (("records", acked_r, totals["accepted_records"], 1.0),
-                                         ("bytes", acked_b or 0, totals["accepted_bytes"], record_bytes)):
-        outcome = _compare(acked, accepted, bound_r * scale, bool(restarted))
+    # Brokers count the stored batches' bytes (RecordBatch v2 framing included: at most
+    # a record head and a batch header per record), clients count payload bytes.
+    framing = FRAMING_BYTES_PER_RECORD * totals["accepted_records"]
+    for name, acked, accepted, excess in (("records", acked_r, totals["accepted_records"], bound_r),
+                                          ("bytes", acked_b or 0, totals["accepted_bytes"],
+                                           bound_r * record_bytes + framing)):
+        outcome = _compare(acked, accepted, excess, bool(restarted))
         rows[name] = {"client_acked": acked, "brokers_accepted": accepted, "difference": number(accepted - acked),
                       "outcome": outcome}
     outcome = max((r["outcome"] for r in rows.values()), key=OUTCOME_SEVERITY.__getitem__)

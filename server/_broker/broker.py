@@ -145,6 +145,7 @@ class Broker:
             self.consume_service = BrokerConsumeService(
                 reader, cache, cache.signals, metrics=metrics, local_writes_pending=self._writes_pending,
                 check=None if topics is None else topics.check_consume,
+                log_start_refresh_ms=config.log_start_refresh_ms,
             )
         self._report_info()
 

@@ -66,6 +66,12 @@ class BrokerConfig:
         "topic or partition it has not seen is read at once; another broker's delete is seen within this).",
         env="LLOG_BROKER_TOPIC_CACHE_MS", default=1_000, min=0, max=60_000,
     )
+    log_start_refresh_ms: int = setting(
+        "How long a partition's log start (moved by retention) is trusted before a consume reads its control "
+        "record again; records just below a log start that moved within this may still be answered (vacuum "
+        "deletes them a grace period later).",
+        env="LLOG_BROKER_LOG_START_REFRESH_MS", default=1_000, min=0, max=60_000,
+    )
     tail_cache_dir: str | None = setting(
         "Directory shared by writer and reader broker processes for a file-backed tail cache (unset: an "
         "in-process cache, when one broker runs both roles).",

@@ -50,10 +50,16 @@ response's within ``max_bytes``; a partition's first batch may exceed
 exceed both when the response holds nothing yet, so one oversized batch
 never blocks a consumer.
 
-Offsets: below the log start (1) is a per-partition OFFSET_OUT_OF_RANGE; an
-uninitialized partition is UNKNOWN_TOPIC_OR_PARTITION; an offset past the
-high watermark waits and then answers no records with the same
-``next_fetch_offset``.
+Offsets: below the log start is a per-partition OFFSET_OUT_OF_RANGE that
+carries the log start (``meta/control.log_start_offset``, 1 until
+retention moves it), so a consumer can reset to it; an uninitialized
+partition is UNKNOWN_TOPIC_OR_PARTITION; an offset past the high watermark
+waits and then answers no records with the same ``next_fetch_offset``. The
+service remembers each partition's log start from every control record it
+reads and reads it again when it is older than ``log_start_refresh_ms``
+(before the tail cache is asked), so a fetch below a log start that moved
+more than that long ago is refused even when the cache still holds the
+records; vacuum deletes them only a grace period later (SPEC 7.10).
 """
 
 from __future__ import annotations
@@ -65,7 +71,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence, TypeVar
 
-from .._errors import LlogError, OffsetOutOfRange
+from .._errors import LlogError
 from .._log.reader import LeaderlessLogReader
 from .._protocol.keys import TopicPartition
 from .._metrics import LlogMetrics
@@ -109,6 +115,7 @@ class BrokerConsumeService:
         storage_threads: int = 8,
         local_writes_pending: Callable[[TopicPartition], bool] | None = None,
         check: Callable[[TopicPartition], None] | None = None,
+        log_start_refresh_ms: int = 1_000,
     ) -> None:
         """``check(tp)`` raises when a partition may not be read (an unknown topic):
         that error is the partition's answer."""
@@ -120,6 +127,9 @@ class BrokerConsumeService:
         self.metrics = metrics or reader.metrics
         self._pool = ThreadPoolExecutor(storage_threads, thread_name_prefix="llog-consume")
         self._closed = threading.Event()
+        self._log_start: dict[TopicPartition, tuple[int, float]] = {}
+        """The highest log start seen per partition (it only moves up), and when it was read."""
+        self._log_start_refresh_s = log_start_refresh_ms / 1000
         self._storage = StorageReads(reader, self.metrics, self._map)
 
     def close(self) -> None:
@@ -191,15 +201,31 @@ class BrokerConsumeService:
                     self._check(f.tp)
                 except LlogError as exc:
                     f.error = exc
-                    continue
-            if f.req.fetch_offset < LOG_START_OFFSET:
-                f.error = OffsetOutOfRange(
-                    f"fetch_offset {f.req.fetch_offset} is below the log start offset {LOG_START_OFFSET}",
-                    topic=f.tp.topic, partition=f.tp.partition, offset=f.req.fetch_offset,
-                )
+        self._refresh_log_starts([f for f in fetches if f.error is None])
+        for f in fetches:
+            f.log_start = self._log_start.get(f.tp, (LOG_START_OFFSET, 0.0))[0]
+            if f.error is None and f.req.fetch_offset < f.log_start:
+                f.error = f.below_log_start()
         return fetches
 
+    def _refresh_log_starts(self, fetches: Sequence[Fetch]) -> None:
+        """Read the control record of the partitions whose log start is older than the refresh time."""
+        now = time.monotonic()
+        stale = [f for f in fetches if now - self._log_start.get(f.tp, (0, -1e18))[1] >= self._log_start_refresh_s]
+        for f, got in zip(stale, self._map(lambda f: self.reader.control(f.tp.topic, f.tp.partition), stale)):
+            if isinstance(got, LlogError):
+                continue  # the storage read meets it again, and answers it
+            self._see_log_start(f.tp, got.log_start_offset, now)
+
+    def _see_log_start(self, tp: TopicPartition, log_start: int, at: float) -> None:
+        known = self._log_start.get(tp)
+        self._log_start[tp] = (max(log_start, known[0]) if known else log_start, at)
+
     def _result(self, fetches: Sequence[Fetch], started: float, waited_s: float) -> ConsumeResult:
+        for f in fetches:
+            known = self._log_start.get(f.tp)
+            if known is not None and f.log_start > known[0]:
+                self._log_start[f.tp] = (f.log_start, known[1])
         parts = tuple(
             ConsumedPartition(
                 topic=f.tp.topic,
@@ -210,6 +236,7 @@ class BrokerConsumeService:
                 spans=tuple(f.spans),
                 payload_bytes=f.nbytes,
                 error=f.error,
+                log_start_offset=f.log_start,
             )
             for f in fetches
         )
@@ -317,6 +344,7 @@ class BrokerConsumeService:
                 continue
             f.validated = True
             f.see_hw(outcome.high_watermark)
+            f.see_log_start(outcome.log_start_offset)
             if outcome.high_watermark < f.next_offset:
                 self.metrics.inc("tail_cache_validations_total", result="confirmed")
             elif self._local_pending(f.tp):

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from .._errors import LlogError, ObjectNotFound
+from .._errors import LlogError, ObjectNotFound, OffsetOutOfRange
 from .._log.reader import LeaderlessLogReader, ResolvedBatch, stored
 from .._protocol.stored_batches import StoredBatches
 from .._protocol.keys import PartitionKeys, TopicPartition
@@ -35,6 +35,8 @@ class Fetch:
     req: ConsumePartition
     tp: TopicPartition
     next_offset: int
+    log_start: int = 1
+    """The partition's log start as known to this request (the highest seen)."""
     spans: list[RecordSpan] = field(default_factory=list)
     """The records taken so far, in offset order from ``req.fetch_offset``."""
     nbytes: int = 0
@@ -58,6 +60,16 @@ class Fetch:
             self.stopped = True
         else:
             self.error = exc
+
+    def see_log_start(self, log_start: int) -> None:
+        self.log_start = max(self.log_start, log_start)
+
+    def below_log_start(self) -> OffsetOutOfRange:
+        return OffsetOutOfRange(
+            f"fetch_offset {self.next_offset} is below the log start offset {self.log_start} (retention deleted "
+            "what was before it): reset to the log start", topic=self.tp.topic, partition=self.tp.partition,
+            offset=self.next_offset, log_start_offset=self.log_start,
+        )
 
     def see_hw(self, hw: int | None) -> None:
         if hw is not None and (self.hw is None or hw > self.hw):
@@ -128,6 +140,9 @@ class StorageReads:
     def _plan(self, f: Fetch, budget: int) -> tuple[int, list[ResolvedBatch]]:
         """The partition's high watermark and the batches worth fetching."""
         control = self.reader.control(f.tp.topic, f.tp.partition)
+        f.see_log_start(control.log_start_offset)
+        if f.next_offset < f.log_start and not f.spans:
+            raise f.below_log_start()
         hw = control.high_watermark
         if f.next_offset > hw or budget <= 0:
             return hw, []

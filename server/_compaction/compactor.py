@@ -212,6 +212,7 @@ class LeaderlessLogCompactor(Closeable):
             created_at_ms=created_at_ms,
             last_entry_start_offset=selected[-1][1].start_offset,
             max_timestamp_ms=max_timestamp_ms,
+            size_bytes=bytes_written,
         )
         try:
             version = self._meta.put(
@@ -470,6 +471,7 @@ class LeaderlessLogCompactor(Closeable):
             byte_length=None,
             created_at_ms=record.created_at_ms,
             max_timestamp_ms=record.max_timestamp_ms,
+            size_bytes=record.size_bytes,
         )
 
     def _step(self, name: str) -> None:

@@ -175,6 +175,12 @@ class CompactorServiceConfig:
         "resumed by the next compactor that takes the log).",
         env="LLOG_COMPACTOR_SHUTDOWN_TIMEOUT_MS", default=30_000, min=0,
     )
+    retention_interval_ms: int = setting(
+        "How often the service applies each topic's retention.ms and retention.bytes (SPEC 7.10): moves each "
+        "log's start past the compacted ranges they let go; vacuum deletes them a grace period later. 0 "
+        "disables retention here.",
+        env="LLOG_RETENTION_INTERVAL_MS", default=30_000, min=0,
+    )
     vacuum: VacuumConfig = nested(VacuumConfig)
 
     def __post_init__(self) -> None:

@@ -9,6 +9,7 @@ module::
          ▼ queue
     worker threads ─── TaskRunner (task_runner.py): claim (claims.py), compact_once, release
     vacuum thread ──── VacuumRunner (vacuum_runner.py)
+    retention thread ─ RetentionRunner (retention_runner.py): each topic's retention
     HTTP thread ────── serve (http.py): /health, /metrics, /metrics/prometheus
 
 This class owns the stores, the threads and the one condition that guards
@@ -43,6 +44,7 @@ from .http import serve
 from .scheduler import Scheduler
 from .task_runner import TaskRunner
 from .tasks import Compactor, TaskOutcome, TaskResult, VacuumLike, close_quietly
+from .retention_runner import RetentionRunner
 from .vacuum_runner import VacuumRunner
 
 __all__ = ["CompactorService", "TaskOutcome", "TaskResult", "Compactor", "VacuumLike"]
@@ -100,6 +102,10 @@ class CompactorService:
         )
         self._vacuum_runner = VacuumRunner(
             vacuum_factory or self._default_vacuum, config.vacuum.interval_ms, self._stop, self._rng,
+        )
+        self._retention_runner = RetentionRunner(
+            self._meta, self.layout, self.known_partitions, config.retention_interval_ms, self._stop, self._rng,
+            self.metrics, runtime=runtime,
         )
         self._queue: queue.Queue[TopicPartition | None] = queue.Queue()
         self._workers: list[threading.Thread] = []
@@ -226,6 +232,7 @@ class CompactorService:
         )
         self._scheduler_thread.start()
         self._vacuum_runner.start()
+        self._retention_runner.start()
         log.info(
             "compactor %s started: %d workers, %d seed targets, discovery every %d ms, vacuum every %d ms%s",
             self.config.compactor_id, self.config.workers, len(self.config.targets),
@@ -265,6 +272,7 @@ class CompactorService:
                 self.config.compactor_id, len(running), timeout_s, ", ".join(running),
             )
         self._vacuum_runner.join(max(0.0, deadline - clock.monotonic()) + 1)
+        self._retention_runner.join(max(0.0, deadline - clock.monotonic()) + 1)
         if self._http is not None:
             self._http.shutdown()
             self._http.server_close()
@@ -384,6 +392,10 @@ class CompactorService:
             while t.is_alive():
                 t.join(0.2)
         return results
+
+    def run_retention(self) -> list:
+        """One retention pass over every known log now (also what the interval thread runs). Never raises."""
+        return self._retention_runner.run_once()
 
     def run_vacuum(self) -> Any:
         """One vacuum pass now (also what the interval thread calls). Never raises."""

@@ -33,6 +33,12 @@ Before counting, vacuum deletes **redundant WAL entries** (SPEC 7.9 SHOULD,
 each conditional on its version. They are covered by COMPACTED entries and
 would otherwise keep their shared object alive forever.
 
+It also deletes the index entries **below a log's start** (SPEC 7.10) once
+retention moved the start more than the grace period ago (the control
+record's ``log_start_at_ms``): a reader that read the old start that long
+ago has long finished with them. Their objects then have no reference
+left and go like any other.
+
 A dry run reads exactly what a real run reads and reports exactly what it
 would delete (objects and redundant entries), but changes nothing.
 """
@@ -150,6 +156,8 @@ class VacuumReport:
     """Logs whose references were read."""
     errors: tuple[str, ...] = ()
     duration_s: float = 0.0
+    expired_entries: tuple[str, ...] = ()
+    """Index entries deleted because they lie below their log's start (SPEC 7.10)."""
 
     @property
     def kept_total(self) -> int:
@@ -197,6 +205,7 @@ class _Pass:
         self.kept: dict[str, int] = {}
         self.candidates: list[VacuumDeletion] = []
         self.redundant: list[str] = []
+        self.expired: list[str] = []
         self.errors: list[str] = []
 
     def keep(self, reason: str) -> None:
@@ -293,6 +302,7 @@ class Vacuum(Closeable):
             deleted=tuple(deleted),
             bytes_reclaimed=sum(d.size for d in deleted),
             redundant_entries=tuple(state.redundant),
+            expired_entries=tuple(state.expired),
             logs_checked=len(state.refs),
             errors=tuple(state.errors),
             duration_s=round(self.runtime.clock.monotonic() - started, 3),
@@ -401,34 +411,42 @@ class Vacuum(Closeable):
         if rec is not None:
             refs.compacting = CompactionRecord.decode(rec.value).data_key
         rec = self._meta.get(keys.control, pk)
+        expired_below = 1
         if rec is not None:
-            pending = ControlRecord.decode(rec.value).pending
-            refs.pending = None if pending is None else pending.data_key
+            control = ControlRecord.decode(rec.value)
+            refs.pending = None if control.pending is None else control.pending.data_key
+            moved_at = control.log_start_at_ms
+            if control.log_start_offset > 1 and moved_at is not None and self._now_ms() - moved_at >= self.grace_ms:
+                expired_below = control.log_start_offset
         for rec in self._meta.range_scan(keys.index_prefix, keys.index_end, pk):
             end = keys.index_offset(rec.key)
             if end is None:
                 continue
+            if end < expired_below:
+                if self._drop_entry(state, keys, rec.key, rec.version, state.expired, "below the log start"):
+                    continue
             entry = IndexEntry.decode(rec.value)
             if self.delete_redundant_entries and entry.type == EntryType.WAL and end < cursor:
-                if self._drop_redundant(state, keys, rec.key, rec.version):
+                if self._drop_entry(state, keys, rec.key, rec.version, state.redundant, "redundant"):
                     continue
             refs.indexed.add(entry.data_key)
         return refs
 
-    def _drop_redundant(self, state: _Pass, keys: PartitionKeys, key: str, version: int) -> bool:
-        """Delete a WAL entry below the cursor (covered by a COMPACTED entry).
-        True if it is gone (or would be, on a dry run); False keeps counting it."""
+    def _drop_entry(self, state: _Pass, keys: PartitionKeys, key: str, version: int, done: list[str],
+                    what: str) -> bool:
+        """Delete an index entry nobody may read any more (``what``: redundant, or below
+        the log start). True if it is gone (or would be, on a dry run); False keeps counting it."""
         if state.dry_run:
-            state.redundant.append(key)
+            done.append(key)
             return True
         try:
             self._meta.delete(key, keys.partition_key, expected_version=version)
         except VersionConflict:
             return False  # rewritten since we listed it: count it as it was
         except LlogError as exc:
-            state.errors.append(f"{keys.tp}: cannot delete redundant entry {key}: {exc}")
+            state.errors.append(f"{keys.tp}: cannot delete {what} entry {key}: {exc}")
             return False
-        state.redundant.append(key)
+        done.append(key)
         return True
 
     # -- deleting ------------------------------------------------------------------
@@ -464,3 +482,4 @@ class Vacuum(Closeable):
             m.inc("vacuum_objects_deleted_total", kind=d.kind)
         m.inc("vacuum_bytes_reclaimed_total", report.bytes_reclaimed)
         m.inc("vacuum_redundant_entries_deleted_total", len(report.redundant_entries))
+        m.inc("vacuum_expired_entries_deleted_total", len(report.expired_entries))

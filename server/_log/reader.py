@@ -26,9 +26,13 @@ blob) and decodes them, verifying length, CRC and record count.
   system reads as value-only records stamped with its entry's
   ``created_at_ms``).
 
-Offsets are inclusive everywhere; the log starts at offset 1 and the high
-watermark is ``sequence_counter - 1``. A scan reads up to the high
-watermark seen when it started.
+Offsets are inclusive everywhere; the log starts at its log start offset
+(``meta/control.log_start_offset``, 1 until retention moves it, SPEC 7.10)
+and the high watermark is ``sequence_counter - 1``. A scan reads up to the
+high watermark seen when it started. An offset below the log start is
+OffsetOutOfRange carrying the log start; so is a read that finds its data
+gone because retention moved the log start past it meanwhile (the control
+record is read again to tell that from a damaged index).
 """
 
 from __future__ import annotations
@@ -36,20 +40,20 @@ from __future__ import annotations
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Callable, Generic, Iterator, Mapping, Sequence, TypeVar
+from typing import Iterator, Mapping, Sequence
 
 from .._config import OxiaConfig, S3Config
 from .._errors import (
     CorruptBatch,
     InconsistentReadState,
+    LlogError,
     InvalidRequest,
     ObjectNotFound,
     OffsetOutOfRange,
     PartitionNotInitialized,
 )
 from .._protocol.codec import SHARED_MAGIC, decode_shared_header
-from .._protocol.kafka_batch import Record
-from .._protocol.stored_batches import StoredBatches, decode_stored
+from .._protocol.stored_batches import decode_stored
 from .._protocol.keys import LogLayout, PartitionKeys, parse_s3_uri
 from .._protocol.records import CompactionCursor, ControlRecord, EntryType, IndexEntry
 from .._protocol.structs import ReadRecord
@@ -59,6 +63,7 @@ from .._storage.stores import Closeable, Stores, use_stores
 from .._metrics import LlogMetrics
 from .._runtime import REAL_RUNTIME, Runtime
 from .index import covering_entry
+from .runs import BatchDecoder, RecordRun, all_records, read_record, records_of, stored
 
 __all__ = [
     "BatchDecoder",
@@ -88,38 +93,6 @@ class ResolvedBatch:
 
     def covers(self, offset: int) -> bool:
         return self.start_offset <= offset <= self.end_offset
-
-
-T = TypeVar("T")
-BatchDecoder = Callable[[StoredBatches], T]
-"""Turns one entry's checked batches into records: :func:`all_records` (a
-list of :class:`Record`, the default) or, for a bulk reader, anything else
-(``StoredBatches`` themselves with :func:`stored`). Raises CorruptBatch."""
-
-
-def all_records(batches: StoredBatches) -> list[Record]:
-    return batches.all_records()
-
-
-def stored(batches: StoredBatches) -> StoredBatches:
-    return batches
-
-
-@dataclass(frozen=True)
-class RecordRun(Generic[T]):
-    """Records ``first..last`` of one decoded batch whose first record is
-    ``base_offset``: record ``o`` is item ``o - base_offset`` of ``records``."""
-
-    topic: str
-    partition: int
-    base_offset: int
-    first: int
-    last: int
-    records: T
-
-    @property
-    def count(self) -> int:
-        return self.last - self.first + 1
 
 
 class LeaderlessLogReader(Closeable):
@@ -167,6 +140,10 @@ class LeaderlessLogReader(Closeable):
         """The last written offset (0 for an empty log)."""
         return self.control(topic, partition).high_watermark
 
+    def log_start_offset(self, topic: str, partition: int) -> int:
+        """The first offset a read may return (1 until retention moves it)."""
+        return self.control(topic, partition).log_start_offset
+
     def compaction_cursor(self, topic: str, partition: int) -> int:
         """The first offset not yet compacted (1 when nothing is)."""
         keys = self.layout.partition(topic, partition)
@@ -184,11 +161,26 @@ class LeaderlessLogReader(Closeable):
     def _check_offset(self, keys: PartitionKeys, control: ControlRecord, offset: int) -> None:
         if isinstance(offset, bool) or not isinstance(offset, int):
             raise InvalidRequest(f"offset must be an integer, got {offset!r}")
-        if offset < LOG_START_OFFSET or offset > control.high_watermark:
-            raise OffsetOutOfRange(
-                f"offset {offset} is outside the log [{LOG_START_OFFSET}, {control.high_watermark}]",
-                topic=keys.tp.topic, partition=keys.tp.partition, offset=offset,
-            )
+        if offset < control.log_start_offset or offset > control.high_watermark:
+            raise self._out_of_range(keys, control, offset)
+
+    @staticmethod
+    def _out_of_range(keys: PartitionKeys, control: ControlRecord, offset: int) -> OffsetOutOfRange:
+        below = " (below the log start: retention deleted it)" if offset < control.log_start_offset else ""
+        return OffsetOutOfRange(
+            f"offset {offset} is outside the log [{control.log_start_offset}, {control.high_watermark}]{below}",
+            topic=keys.tp.topic, partition=keys.tp.partition, offset=offset,
+            log_start_offset=control.log_start_offset, high_watermark=control.high_watermark,
+        )
+
+    def _retention_moved_past(self, keys: PartitionKeys, offset: int, exc: LlogError) -> LlogError:
+        """After a read found an offset's data gone: OffsetOutOfRange if the log
+        start has moved past it since the read began, else ``exc`` itself."""
+        try:
+            control = self._control(keys)
+        except LlogError:
+            return exc
+        return self._out_of_range(keys, control, offset) if offset < control.log_start_offset else exc
 
     # -- resolution --------------------------------------------------------------
     def resolve(self, topic: str, partition: int, offset: int) -> ResolvedBatch:
@@ -326,12 +318,15 @@ class LeaderlessLogReader(Closeable):
         keys = self.layout.partition(topic, partition)
         control = self._control(keys)
         self._check_offset(keys, control, offset)
-        batch = self._resolve(keys, control, offset)
         try:
-            records = self.fetch_batch(keys, batch)
-        except ObjectNotFound:
-            batch = self._compacted_cover(keys, offset)
-            records = self.fetch_batch(keys, batch)
+            batch = self._resolve(keys, control, offset)
+            try:
+                records = self.fetch_batch(keys, batch)
+            except ObjectNotFound:
+                batch = self._compacted_cover(keys, offset)
+                records = self.fetch_batch(keys, batch)
+        except (InconsistentReadState, ObjectNotFound) as exc:
+            raise self._retention_moved_past(keys, offset, exc) from exc
         self.metrics.inc("reader_records_total")
         return read_record(topic, partition, offset, records[offset - batch.start_offset])
 
@@ -351,7 +346,7 @@ class LeaderlessLogReader(Closeable):
         """Records from ``offset`` up to ``end`` (inclusive; default: the high
         watermark when the scan starts). Starting just past the high
         watermark yields nothing."""
-        return _records_of(self.iter_runs(topic, partition, offset, end))
+        return records_of(self.iter_runs(topic, partition, offset, end))
 
     def scan_batches(
         self, topic: str, partition: int, start: int, end: int, *, control: ControlRecord | None = None
@@ -424,13 +419,13 @@ class LeaderlessLogReader(Closeable):
         keys = self.layout.partition(topic, partition)
         control = self._control(keys)
         last = control.high_watermark if end is None else min(end, control.high_watermark)
-        if offset == control.high_watermark + 1 and offset >= LOG_START_OFFSET:
+        if offset == control.high_watermark + 1 and offset >= control.log_start_offset:
             return iter(())
         self._check_offset(keys, control, offset)
         return self._runs(keys, control, offset, last, decode)
 
     def _scan(self, keys: PartitionKeys, control: ControlRecord, start: int, end: int) -> Iterator[ReadRecord]:
-        return _records_of(self._runs(keys, control, start, end, all_records))
+        return records_of(self._runs(keys, control, start, end, all_records))
 
     def _runs(
         self, keys: PartitionKeys, control: ControlRecord, start: int, end: int, decode: BatchDecoder
@@ -448,15 +443,22 @@ class LeaderlessLogReader(Closeable):
                 inflight.append((batch, self._pool.submit(self.fetch_batch, keys, batch, decode)))
 
         try:
-            refill()
+            try:
+                refill()
+            except (InconsistentReadState, ObjectNotFound) as exc:
+                raise self._retention_moved_past(keys, next_offset, exc) from exc
             while inflight:
                 batch, fut = inflight.popleft()
                 try:
-                    records = fut.result()
-                except ObjectNotFound:
-                    batch = self._compacted_cover(keys, max(next_offset, batch.start_offset))
-                    records = self.fetch_batch(keys, batch, decode)
-                refill()
+                    try:
+                        records = fut.result()
+                    except ObjectNotFound:
+                        batch = self._compacted_cover(keys, max(next_offset, batch.start_offset))
+                        records = self.fetch_batch(keys, batch, decode)
+                    refill()
+                except (InconsistentReadState, ObjectNotFound) as exc:
+                    # Data gone under the scan: retention, or a damaged index.
+                    raise self._retention_moved_past(keys, next_offset, exc) from exc
                 first = max(next_offset, batch.start_offset)
                 last = min(end, batch.end_offset)
                 if last >= first:
@@ -466,15 +468,3 @@ class LeaderlessLogReader(Closeable):
         finally:
             for _, fut in inflight:
                 fut.cancel()
-
-
-def read_record(topic: str, partition: int, offset: int, r: Record) -> ReadRecord:
-    return ReadRecord(topic, partition, offset, r.value, r.key, r.headers, r.timestamp_ms,  # type: ignore[arg-type]
-                      r.timestamp_type)
-
-
-def _records_of(runs: Iterator[RecordRun[list[Record]]]) -> Iterator[ReadRecord]:
-    for run in runs:
-        records, base = run.records, run.base_offset
-        for off in range(run.first, run.last + 1):
-            yield read_record(run.topic, run.partition, off, records[off - base])

@@ -33,6 +33,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import defaultdict
+from dataclasses import replace
 from concurrent.futures import ThreadPoolExecutor
 from enum import Enum
 from typing import Mapping, Sequence
@@ -182,7 +183,7 @@ class LeaderlessLogWriter(Closeable):
             control, version = self._read_control(keys)
             if control.pending is not None:
                 recovery.materialize_pending(self._meta, keys, control.pending)
-            new = ControlRecord(state, control.sequence_counter, None)
+            new = replace(control, log_state=state, pending=None)
             try:
                 new_version = self._meta.put(
                     keys.control, new.encode(), keys.partition_key, expected_version=version
@@ -314,7 +315,7 @@ class LeaderlessLogWriter(Closeable):
             start = control.sequence_counter
             end = start + template.msg_count - 1
             pending = PendingAppend(**{**template.__dict__, "start_offset": start, "end_offset": end})
-            reserved = ControlRecord(LogState.OPEN, end + 1, pending)
+            reserved = replace(control, log_state=LogState.OPEN, sequence_counter=end + 1, pending=pending)
             try:
                 reserved_version: int | None = self._meta.put(
                     keys.control, reserved.encode(), keys.partition_key, expected_version=version

@@ -193,12 +193,24 @@ _VACUUM = (
        kind=("wal-shared", "compacted", "legacy-wal")),
     _c("vacuum_bytes_reclaimed_total", "Bytes of objects deleted by vacuum"),
     _c("vacuum_redundant_entries_deleted_total", "Redundant WAL index entries deleted by vacuum"),
+    _c("vacuum_expired_entries_deleted_total", "Index entries below their log's start deleted by vacuum"),
     _c("vacuum_errors_total", "Errors met by vacuum passes"),
     _g("vacuum_objects_kept", "Objects the last pass kept, by reason", "reason"),
     _g("vacuum_last_run_timestamp_seconds", "Unix time of the last vacuum pass", aggregate="max"),
 )
 
-CATALOGUE: tuple[MetricSpec, ...] = _IDENTITY + _HTTP + _PRODUCE + _WRITER + _READ + _STORAGE + _COMPACTOR + _VACUUM
+_RETENTION = (
+    _c("retention_passes_total", "Retention passes over every known log"),
+    _c("retention_advances_total", "Log starts moved by retention"),
+    _c("retention_dropped_bytes_total", "Stored bytes let go by retention (deleted by vacuum a grace period later)"),
+    _c("retention_errors_total", "Logs a retention pass could not handle"),
+    _g("log_start_offset", "A log's first readable offset (SPEC 7.10)", "topic", "partition", aggregate="max"),
+    _g("log_retained_bytes", "Stored bytes a log holds from its start on", "topic", "partition", aggregate="max"),
+)
+
+CATALOGUE: tuple[MetricSpec, ...] = (
+    _IDENTITY + _HTTP + _PRODUCE + _WRITER + _READ + _STORAGE + _COMPACTOR + _VACUUM + _RETENTION
+)
 BY_NAME: dict[str, MetricSpec] = {spec.name: spec for spec in CATALOGUE}
 _EXPORTED = [spec.name.removesuffix("_total") for spec in CATALOGUE]
 if len(set(_EXPORTED)) != len(CATALOGUE):  # pragma: no cover - a declaration error
@@ -239,6 +251,8 @@ PRESENT_AT_START: dict[str, tuple[str, ...]] = {
         "compactor_candidate_records", "compactor_candidate_bytes", "compactor_stage_seconds",
         "vacuum_bytes_reclaimed_total", "vacuum_objects_scanned_total", "vacuum_redundant_entries_deleted_total",
         "vacuum_runs_total", "vacuum_objects_deleted_total", "compactor_blob_cache_requests_total",
+        "vacuum_expired_entries_deleted_total", "retention_passes_total", "retention_advances_total",
+        "retention_dropped_bytes_total",
         "oxia_operations_total", "oxia_operation_seconds", "s3_operations_total", "s3_operation_seconds",
         "http_requests_total",
     ),

@@ -56,7 +56,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from .._errors import LlogError
-from .http_json import LOG_START_OFFSET, MAX_INT32, ConsumedPartition
+from .http_json import MAX_INT32, ConsumedPartition
 from .kafka_batch import Record, kafka_offset, llog_offset
 from .stored_batches import StoredBatches
 from .outcomes import error_code, error_type_of
@@ -198,7 +198,7 @@ def encode_binary_consume(
         hw = _UNKNOWN if part.high_watermark is None else part.high_watermark
         small += [
             _TOPIC_LENGTH.pack(len(name)), name,
-            _FIXED.pack(part.partition, hw, LOG_START_OFFSET, part.next_fetch_offset, first, len(error)), error,
+            _FIXED.pack(part.partition, hw, part.log_start_offset, part.next_fetch_offset, first, len(error)), error,
             _U32.pack(sum(s.payload_bytes for s in part.spans)),
         ]
         for span in part.spans:

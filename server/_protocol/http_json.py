@@ -395,6 +395,8 @@ class ConsumedPartition:
     """The records, consecutive from ``fetch_offset``."""
     payload_bytes: int = 0
     error: LlogError | None = None
+    log_start_offset: int = 1
+    """The first offset of the log the broker knew of when it answered."""
 
     @property
     def records(self) -> tuple[tuple[int, Record], ...]:
@@ -416,7 +418,7 @@ def consumed_partition_json(part: ConsumedPartition) -> dict[str, Any]:
         "partition": part.partition,
         "ok": part.error is None,
         "high_watermark": part.high_watermark,
-        "log_start_offset": LOG_START_OFFSET,
+        "log_start_offset": part.log_start_offset,
         "next_fetch_offset": part.next_fetch_offset,
         "records": [record_json(off, r) for off, r in part.records],
     }

@@ -208,7 +208,8 @@ _ITEMS = (
     _error(PartitionNotInitialized, "nothing was ever written to the partition",
            error_code="UNKNOWN_TOPIC_OR_PARTITION"),
 
-    _error(OffsetOutOfRange, "consume: `fetch_offset` < 1 (the log start)", error_code="OFFSET_OUT_OF_RANGE"),
+    _error(OffsetOutOfRange, "consume: `fetch_offset` below the log start (1 until retention moves it; the answer's `log_start_offset`)",
+           error_code="OFFSET_OUT_OF_RANGE"),
     _error(PartitionFenced, "produce: the partition is FENCED; appends are refused"),
     _error(ConcurrencyConflict, "produce: compare-and-set retries ran out on a contended key"),
     _error(CorruptBatch, "stored bytes failed their checks", error_code="CORRUPT_MESSAGE"),

@@ -176,6 +176,10 @@ class ControlRecord:
     sequence_counter: int
     """The next offset to assign; the high watermark is ``sequence_counter - 1``."""
     pending: PendingAppend | None = None
+    log_start_offset: int = 1
+    """The first offset a reader may return (SPEC 7.10); retention moves it up."""
+    log_start_at_ms: int | None = None
+    """When ``log_start_offset`` last moved (vacuum deletes below it a grace period later)."""
 
     @property
     def high_watermark(self) -> int:
@@ -189,11 +193,15 @@ class ControlRecord:
         return replace(self, pending=pending)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        doc: dict[str, Any] = {
             "log_state": self.log_state,
             "sequence_counter": self.sequence_counter,
             "pending": None if self.pending is None else self.pending.to_json(),
         }
+        if self.log_start_offset > 1:  # absent is 1: a log retention never touched keeps the seed's shape
+            doc["log_start_offset"] = self.log_start_offset
+            doc["log_start_at_ms"] = self.log_start_at_ms
+        return doc
 
     def encode(self) -> bytes:
         return dumps(self.to_json())
@@ -207,6 +215,8 @@ class ControlRecord:
                 log_state=_member(LogState, doc["log_state"], "log_state"),
                 sequence_counter=int(doc["sequence_counter"]),
                 pending=None if pending is None else PendingAppend.from_json(pending),
+                log_start_offset=int(doc.get("log_start_offset", 1)),
+                log_start_at_ms=_opt_int(doc, "log_start_at_ms"),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise CorruptBatch(f"unreadable meta/control record: {exc!r}") from exc
@@ -231,6 +241,8 @@ class IndexEntry:
     max_timestamp_ms: int | None = None
     """The largest record timestamp of the entry (``kafka-batch-v2`` only):
     "the first offset with a timestamp at or after T" is one index scan."""
+    size_bytes: int | None = None
+    """A COMPACTED entry's object size (retention.bytes counts it; a WAL slice has ``byte_length``)."""
 
     def start_offset(self, end_offset: int) -> int:
         return end_offset - self.msg_count + 1
@@ -248,6 +260,8 @@ class IndexEntry:
         doc["created_at_ms"] = self.created_at_ms
         if self.max_timestamp_ms is not None:
             doc["max_timestamp_ms"] = self.max_timestamp_ms
+        if self.size_bytes is not None:
+            doc["size_bytes"] = self.size_bytes
         return doc
 
     def encode(self) -> bytes:
@@ -266,6 +280,7 @@ class IndexEntry:
                 byte_length=_opt_int(doc, "byte_length"),
                 created_at_ms=int(doc.get("created_at_ms", 0)),
                 max_timestamp_ms=_opt_int(doc, "max_timestamp_ms"),
+                size_bytes=_opt_int(doc, "size_bytes"),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise CorruptBatch(f"unreadable index record: {exc!r}") from exc
@@ -305,6 +320,8 @@ class CompactionRecord:
     """Start offset of the last selected WAL entry (the end key's old range)."""
     max_timestamp_ms: int | None = None
     """The compacted range's largest record timestamp, copied to its index entry."""
+    size_bytes: int | None = None
+    """The compacted object's size, copied to its COMPACTED entry."""
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -321,6 +338,8 @@ class CompactionRecord:
             doc["last_entry_start_offset"] = self.last_entry_start_offset
         if self.max_timestamp_ms is not None:
             doc["max_timestamp_ms"] = self.max_timestamp_ms
+        if self.size_bytes is not None:
+            doc["size_bytes"] = self.size_bytes
         return doc
 
     def encode(self) -> bytes:
@@ -341,6 +360,7 @@ class CompactionRecord:
                 created_at_ms=int(doc.get("created_at_ms", 0)),
                 last_entry_start_offset=_opt_int(doc, "last_entry_start_offset"),
                 max_timestamp_ms=_opt_int(doc, "max_timestamp_ms"),
+                size_bytes=_opt_int(doc, "size_bytes"),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise CorruptBatch(f"unreadable compaction record: {exc!r}") from exc

@@ -15,6 +15,7 @@ import random
 from dataclasses import dataclass
 from typing import Callable
 
+from server._catalogue.topic_config import TopicConfig
 from server._errors import (
     CompactionConflict,
     ConcurrencyConflict,
@@ -22,6 +23,7 @@ from server._errors import (
     MetadataStoreError,
     ObjectNotFound,
     ObjectStoreError,
+    OffsetOutOfRange,
     PartitionNotInitialized,
 )
 from server._protocol.constants import REFERENCE_DEADLINE_MS
@@ -32,7 +34,7 @@ from ..history import Outcome
 from ._history import History
 from ._scheduler import Scheduler, SimCrash
 
-__all__ = ["World", "writer", "compactor", "fencer", "vacuum", "reader"]
+__all__ = ["World", "writer", "compactor", "fencer", "vacuum", "reader", "retainer"]
 
 TP = tuple[str, int]
 JUMP_MARGIN_MS = 5_000
@@ -53,6 +55,8 @@ class World:
     new_reader: Callable[[], object]
     new_vacuum: Callable[[], object]
     grace_ms: int
+    retain: Callable[[TP, TopicConfig], object] | None = None
+    """One retention pass (SPEC 7.10) over a log, under a topic config."""
 
     def nap(self, seconds: float) -> None:
         """Idle a while; a crash while idle is only a restart."""
@@ -215,6 +219,28 @@ def vacuum(world: World, name: str, rng: random.Random, passes: int) -> None:
                 h.violations.append(f"{name}: vacuum reported {err}")
 
 
+def retainer(world: World, name: str, rng: random.Random, passes: int) -> None:
+    """Retention passes with drawn limits: the log start moves past old or
+    surplus compacted ranges while everything else runs (SPEC 7.10)."""
+    h = world.history
+    for _ in range(passes):
+        world.nap(rng.uniform(0.005, 0.1))
+        tp = rng.choice(world.tps)
+        config = TopicConfig(retention_ms=rng.choice((-1, 0, rng.randint(0, 500))),
+                             retention_bytes=rng.choice((-1, -1, rng.randint(0, 2_000))))
+        try:
+            result = world.retain(tp, config)  # type: ignore[misc]
+        except SimCrash:
+            continue
+        except LlogError as exc:
+            if not _expected(exc, MetadataStoreError):
+                h.violations.append(f"{name}: retention{tp} raised {type(exc).__name__}: {exc}")
+            continue
+        h.retention_passes += 1
+        if result.log_start_offset > result.previous_log_start:
+            h.retention_advances += 1
+
+
 def reader(world: World, name: str, rng: random.Random, reads: int) -> None:
     h = world.history
     r = world.new_reader()
@@ -227,6 +253,7 @@ def reader(world: World, name: str, rng: random.Random, reads: int) -> None:
         offset = rng.choice(acked)
         how = rng.choice(("read_offset", "read_offset", "iter_from", "iter_runs"))
         try:
+            start_before = r.log_start_offset(*tp)
             if how == "read_offset":
                 got = [(offset, r.read_offset(tp[0], tp[1], offset).payload)]
             elif how == "iter_from":
@@ -237,10 +264,19 @@ def reader(world: World, name: str, rng: random.Random, reads: int) -> None:
         except SimCrash:
             r = world.new_reader()
             continue
+        except OffsetOutOfRange as exc:
+            # Legal only for an offset below the log start the error names (retention let it go).
+            if exc.log_start_offset is None or not offset < exc.log_start_offset:
+                h.violations.append(f"{name}: {how}({tp[0]}:{tp[1]}, {offset}) raised {exc}")
+            continue
         except LlogError as exc:
             if not _expected(exc, MetadataStoreError, ObjectStoreError):
                 h.violations.append(f"{name}: {how}({tp[0]}:{tp[1]}, {offset}) raised {type(exc).__name__}: {exc}")
             continue
+        below = [o for o, _ in got if o < start_before]
+        if below:
+            h.violations.append(f"{name}: {how}({tp[0]}:{tp[1]}, {offset}) returned offset {below[0]} below the "
+                                f"log start {start_before} it saw before reading [8.1.10]")
         if not got or got[0][0] != offset:
             h.violations.append(f"{name}: {how}({tp[0]}:{tp[1]}, {offset}) returned offsets {[o for o, _ in got][:3]}")
         h.reads.extend((name, tp, o, p) for o, p in got)

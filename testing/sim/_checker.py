@@ -27,7 +27,7 @@ from __future__ import annotations
 import random
 
 from server._config import OxiaConfig, S3Config
-from server._errors import PartitionNotInitialized
+from server._errors import OffsetOutOfRange, PartitionNotInitialized
 from server._storage.metastore import InMemoryMetadataStore
 from server._storage.objectstore import InMemoryObjectStore
 from server.leaderless_log_reader import LeaderlessLogReader
@@ -121,6 +121,7 @@ class Checker:
             bad += check_log(tp, views.get(tp, LogView()), self._prev.get(tp), objects)
         point: dict[TP, dict[int, bytes]] = {}
         scans: dict[str, dict[TP, dict[int, bytes]]] = {}
+        starts: dict[str, dict[TP, int]] = {}
         for tp in self._tps:
             point[tp] = {}
             for offset in sorted(set(self._history.acked_offsets.get(tp, ()))):
@@ -129,7 +130,8 @@ class Checker:
                 read = self._scan(bad, tp, flavour)
                 if read is not None:
                     scans.setdefault(flavour, {}).update(read.records)
-        passes = [ReadPass(flavour, records) for flavour, records in scans.items()]
+                    starts.setdefault(flavour, {}).update(read.log_start)
+        passes = [ReadPass(flavour, records, log_start=starts[flavour]) for flavour, records in scans.items()]
         passes.append(ReadPass("read_offset", point, complete=False))
         bad += self._lines(check(self._history.attempts, passes).violations)
         if bad:
@@ -167,6 +169,11 @@ class Checker:
         self.reads += 1
         try:
             rec = self.reader.read_offset(tp[0], tp[1], offset)
+        except OffsetOutOfRange as exc:
+            if exc.log_start_offset is None or offset >= exc.log_start_offset:
+                bad.append(Violation("unreadable", tp[0], tp[1], offset, None,
+                                     f"read_offset({offset}) raised {exc}").describe())
+            return  # below the log start: retention let it go
         except Exception as exc:  # noqa: BLE001 - any error reading an acknowledged offset is a finding
             bad.append(Violation("unreadable", tp[0], tp[1], offset, None,
                                  f"read_offset({offset}) raised {type(exc).__name__}: {exc}").describe())
@@ -182,18 +189,19 @@ class Checker:
         r = self.reader
         self.reads += 1
         try:
-            hw = r.high_watermark(topic, partition)
+            control = r.control(topic, partition)
+            hw, first = control.high_watermark, control.log_start_offset
             if flavour == "iter_from":
-                got = [(x.offset, x.payload) for x in r.iter_from(topic, partition, 1)]
+                got = [(x.offset, x.payload) for x in r.iter_from(topic, partition, first)]
             elif flavour == "iter_runs":
                 got = [(o, run.records[o - run.base_offset].value)
-                       for run in r.iter_runs(topic, partition, 1) for o in range(run.first, run.last + 1)]
+                       for run in r.iter_runs(topic, partition, first) for o in range(run.first, run.last + 1)]
             elif flavour == "read_range":
-                got = [(x.offset, x.payload) for x in r.read_range(topic, partition, 1, hw)] if hw else []
+                got = [(x.offset, x.payload) for x in r.read_range(topic, partition, first, hw)] if hw >= first else []
             else:
-                batches = r.scan_batches(topic, partition, 1, hw) if hw else ()
+                batches = r.scan_batches(topic, partition, first, hw) if hw >= first else ()
                 spans = [(b.start_offset, b.end_offset) for b in batches]
-                bad += self._lines(check_spans(flavour, tp, spans, hw))
+                bad += self._lines(check_spans(flavour, tp, spans, hw, first))
                 return None
         except PartitionNotInitialized:
             if self._history.acked_offsets.get(tp):
@@ -202,9 +210,10 @@ class Checker:
             return None
         except Exception as exc:  # noqa: BLE001 - any error of a full scan is a finding
             bad.append(Violation("unreadable", topic, partition, 1, None,
-                                 f"{flavour} from 1 raised {type(exc).__name__}: {exc}", (flavour,)).describe())
+                                 f"{flavour} from the log start raised {type(exc).__name__}: {exc}",
+                                 (flavour,)).describe())
             return None
-        bad += self._lines(check_order(flavour, tp, [o for o, _ in got], hw))
+        bad += self._lines(check_order(flavour, tp, [o for o, _ in got], hw, first))
         for offset, payload in got:
             bad += self._lines(self._tracker.observe(tp, offset, payload, flavour))
-        return ReadPass(flavour, {tp: dict(got)})
+        return ReadPass(flavour, {tp: dict(got)}, log_start={tp: first})

@@ -59,6 +59,8 @@ class History:
     operation may still make a first reference to an object it wrote."""
     new_acks: list[Attempt] = field(default_factory=list)
     """Acknowledged since the checker last looked."""
+    retention_passes: int = 0
+    retention_advances: int = 0
 
     def begin(self, actor: str, tp: TP, payloads: tuple[bytes, ...]) -> Attempt:
         earlier = self.sent.get((tp, payloads[0])) if payloads else None

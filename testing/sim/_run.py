@@ -17,7 +17,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from server._config import OxiaConfig, S3Config
+from server._compaction.retention import apply_retention
 from server._protocol.constants import VACUUM_GRACE_MS
+from server._protocol.keys import LogLayout, TopicPartition
 from server.leaderless_log_compactor import LeaderlessLogCompactor
 from server.leaderless_log_reader import LeaderlessLogReader
 from server.leaderless_log_vacuum import Vacuum
@@ -38,6 +40,7 @@ __all__ = ["SimConfig", "RunResult", "SimFailure", "run_seed"]
 OXIA = OxiaConfig("sim:1", root_prefix="llog")
 S3 = S3Config("llog")
 GRACE_MS = VACUUM_GRACE_MS
+LAYOUT = LogLayout("llog")
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,8 @@ class RunResult:
     errors: Counter
     """Append outcomes other than acknowledged, by error type (``crash`` for
     a writer that died mid-append)."""
+    retention: Counter = field(default_factory=Counter)
+    """Retention passes that finished and log-start moves among them."""
     """Distinct (step, next step of another actor) pairs, as (actor kind|op|key kind)."""
 
 
@@ -117,8 +122,10 @@ def run_seed(seed: int, config: SimConfig | None = None) -> RunResult:
     with_vacuum = plan.random() < 0.7
     # Drawn last, so the earlier choices of every seed stay what they were.
     deferral = {"min_bytes_per_run": 64, "max_delay_ms": 40} if plan.random() < 0.3 else {}
+    with_retention = plan.random() < 0.4
     shape = (f"{n_logs} logs, {n_writers} writers, {n_compactors} compactors{' (deferring)' if deferral else ''}, "
-             f"{n_readers} readers{', fencer' if with_fencer else ''}{', vacuum' if with_vacuum else ''}")
+             f"{n_readers} readers{', fencer' if with_fencer else ''}{', vacuum' if with_vacuum else ''}"
+             f"{', retention' if with_retention else ''}")
 
     clock = SimClock()
     faults = FaultPlan(random.Random(f"{seed}:faults"), config.faults)
@@ -141,6 +148,7 @@ def run_seed(seed: int, config: SimConfig | None = None) -> RunResult:
         new_vacuum=lambda: Vacuum(OXIA, S3, grace_ms=GRACE_MS, allow_unsafe_grace=True,  # tests try unsafe ones
                                    **parts),
         grace_ms=GRACE_MS,
+        retain=lambda tp, cfg: apply_retention(sim_meta, LAYOUT.keys(TopicPartition(*tp)), cfg, runtime=runtime),
     )
     sched.max_jump_ms = world.max_jump_ms
 
@@ -157,6 +165,8 @@ def run_seed(seed: int, config: SimConfig | None = None) -> RunResult:
         actors.append(("fencer", "fencer", _actors.fencer, (ops(1, 2),)))
     if with_vacuum:
         actors.append(("vacuum", "vacuum", _actors.vacuum, (ops(1, 3),)))
+    if with_retention:
+        actors.append(("retainer", "retainer", _actors.retainer, (ops(2, 6),)))
     for i in range(n_readers):
         actors.append((f"r{i}", "reader", _actors.reader, (ops(3, 8),)))
 
@@ -194,4 +204,5 @@ def run_seed(seed: int, config: SimConfig | None = None) -> RunResult:
         checker_reads=checker.reads, sim_ms=int(clock.elapsed_ms), shape=shape,
         handoffs=frozenset(sched.handoffs),
         errors=Counter(a.detail.split(":", 1)[0].replace(" ", "_") for a in history.attempts if a.detail),
+        retention=Counter(passes=history.retention_passes, advances=history.retention_advances),
     )

@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from tests._exposition import sample_value
+from tests._records import stored_size
 from tests._waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -97,7 +98,8 @@ def test_metrics_json_and_prometheus(broker_factory) -> None:
 
 def test_concurrent_produce_requests_share_flushes(broker_factory) -> None:
     records = {i: [f"r{i}"] * 10 for i in range(16)}
-    total = sum(len(r) for rs in records.values() for r in rs)
+    # What the producer buffers is each request's stored batch.
+    total = sum(stored_size([r.encode() for r in rs]) for rs in records.values())
     # The one flush is due only when all 16 requests' bytes are buffered (the
     # delay never comes), so 16 answers prove the requests were in the broker
     # at once: no process-wide lock serializes them.

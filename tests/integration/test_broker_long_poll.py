@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from tests._records import stored_size
 from tests.integration._long_poll import start_long_poll
 
 pytestmark = pytest.mark.integration
@@ -88,15 +89,18 @@ def test_min_bytes_waits_for_enough_bytes(broker, t) -> None:
     started = time.monotonic()
     reply = c.consume([tp(t, 0, 1)], max_wait_ms=300, min_bytes=10_000)
     assert 0.29 <= time.monotonic() - started < LATE_S  # see the module docstring
-    assert reply.json["payload_bytes"] == 304 and reply.json["record_count"] == 3
+    # Byte limits count the stored batches: one per produce here.
+    batches = sum(stored_size([v]) for v in (b"seed", b"x" * 100, b"y" * 200))
+    assert reply.json["payload_bytes"] == batches and reply.json["record_count"] == 3
 
 
 def test_min_bytes_counts_across_partitions(broker, t) -> None:
     c = broker.client
     c.produce([{"topic": t, "partition": p, "records": ["s"]} for p in range(2)])
     with ThreadPoolExecutor(1) as pool:
-        poll = start_long_poll(pool, broker, [tp(t, 0, 2), tp(t, 1, 2)], max_wait_ms=30_000, min_bytes=100)
-        c.produce([{"topic": t, "partition": 0, "records": ["a" * 60]}])  # 60 bytes: not enough
+        one = stored_size([b"a" * 60])
+        poll = start_long_poll(pool, broker, [tp(t, 0, 2), tp(t, 1, 2)], max_wait_ms=30_000, min_bytes=one + 1)
+        c.produce([{"topic": t, "partition": 0, "records": ["a" * 60]}])  # one batch: not enough
         c.produce([{"topic": t, "partition": 1, "records": ["b" * 60]}])
         reply = poll.result(timeout=LATE_S)
     assert [len(r["records"]) for r in reply.json["results"]] == [1, 1]
@@ -104,23 +108,25 @@ def test_min_bytes_counts_across_partitions(broker, t) -> None:
 
 def test_partition_max_bytes_and_max_bytes(broker, t) -> None:
     c = broker.client
-    c.produce([{"topic": t, "partition": p, "records": [str(p) * 100] * 10} for p in range(2)])
-    reply = c.consume([tp(t, 0, 1, partition_max_bytes=250), tp(t, 1, 1, partition_max_bytes=450)])
+    # Ten one-record batches per partition (items are batches): the limits take whole batches.
+    c.produce([{"topic": t, "partition": p, "records": [str(p) * 100]} for _ in range(10) for p in range(2)])
+    z = stored_size([b"0" * 100])
+    reply = c.consume([tp(t, 0, 1, partition_max_bytes=2 * z + 10), tp(t, 1, 1, partition_max_bytes=4 * z + 10)])
     res = reply.json["results"]
     assert [len(r["records"]) for r in res] == [2, 4]
     assert [r["next_fetch_offset"] for r in res] == [3, 5]
-    reply = c.consume([tp(t, 0, 1), tp(t, 1, 1)], max_bytes=350)
+    reply = c.consume([tp(t, 0, 1), tp(t, 1, 1)], max_bytes=3 * z + 10)
     res = reply.json["results"]
     assert [len(r["records"]) for r in res] == [3, 0]
     assert (res[1]["high_watermark"], res[1]["next_fetch_offset"]) == (10, 1)
-    assert reply.json["payload_bytes"] == 300
+    assert reply.json["payload_bytes"] == 3 * z
 
 
 def test_a_record_larger_than_the_limits_is_still_returned_alone(broker, t) -> None:
     c = broker.client
-    c.produce([
-        {"topic": t, "partition": 0, "records": ["A" * 5000, "a"]},
-        {"topic": t, "partition": 1, "records": ["B" * 3000, "b"]},
+    c.produce([  # one batch per item
+        {"topic": t, "partition": 0, "records": ["A" * 5000]}, {"topic": t, "partition": 0, "records": ["a"]},
+        {"topic": t, "partition": 1, "records": ["B" * 3000]}, {"topic": t, "partition": 1, "records": ["b"]},
     ])
     reply = c.consume([tp(t, 0, 1, partition_max_bytes=100)], max_bytes=100)
     assert [len(r["value"]) for r in reply.json["results"][0]["records"]] == [5000]

@@ -160,6 +160,7 @@ ONE = stored_size([b"a" * 100])
 
 def test_a_cache_hit_touches_neither_oxia_nor_s3(env: Env) -> None:
     env.produce(("t", 0, [b"a", b"b", b"c"]))
+    env.consume(("t", 0, 3))  # the partition's first consume reads its log start (once a second)
     before = env.storage_calls()
     (part,) = env.consume(("t", 0, 2)).partitions
     assert values(part) == ((2, b"b"), (3, b"c"))
@@ -179,6 +180,7 @@ def test_a_tail_claim_is_validated_once_and_finds_records_written_elsewhere(env:
 
 def test_a_confirmed_tail_waits_locally_without_polling_oxia(env: Env) -> None:
     env.produce(("t", 0, [b"a"]))
+    env.consume(("t", 0, 1))  # the partition's first consume reads its log start (once a second)
     before = env.meta.calls.get("get", 0)
     env.signals.time_runs_out = True
     (part,) = env.consume(("t", 0, 2), max_wait_ms=60_000).partitions
@@ -358,3 +360,29 @@ def test_a_deferred_partition_reads_storage_at_the_deadline(env: Env) -> None:
     (part,) = env.consume(("t", 0, 2), max_wait_ms=60_000).partitions
     assert env.signals.waits == [False]  # max_wait_ms ran out, nothing woke it
     assert values(part) == ((2, b"b"), (3, b"c"))
+
+
+def test_a_fetch_below_a_moved_log_start_is_refused_once_the_start_is_read_again(env: Env) -> None:
+    """Retention moved the log start (SPEC 7.10) while the cache still holds the
+    records: within the refresh time the broker may still answer them (its known
+    start is 1); once it reads the start again, a fetch below it is
+    OFFSET_OUT_OF_RANGE carrying the start, and a fetch at it is served."""
+    from dataclasses import replace
+
+    from server._errors import OffsetOutOfRange
+    from server._protocol.records import ControlRecord
+
+    env.produce(("t", 0, [b"a", b"b"]), ("t", 0, [b"c"]))
+    assert [o for o, _ in values(env.consume(("t", 0, 1)).partitions[0])] == [1, 2, 3]
+    keys = env.reader.layout.partition("t", 0)
+    rec = env.meta.get(keys.control, keys.partition_key)
+    moved = replace(ControlRecord.decode(rec.value), log_start_offset=3, log_start_at_ms=1)
+    env.meta.put(keys.control, moved.encode(), keys.partition_key, expected_version=rec.version)
+    (stale,) = env.consume(("t", 0, 1)).partitions  # read within the refresh time: the old start
+    assert stale.error is None and stale.log_start_offset == 1
+    env.service._log_start_refresh_s = 0  # as LLOG_BROKER_LOG_START_REFRESH_MS=0
+    (part,) = env.consume(("t", 0, 1)).partitions
+    assert isinstance(part.error, OffsetOutOfRange) and part.error.log_start_offset == 3
+    assert part.log_start_offset == 3 and part.records == ()
+    (part,) = env.consume(("t", 0, 3)).partitions
+    assert values(part) == ((3, b"c"),) and part.log_start_offset == 3

@@ -44,6 +44,7 @@ GOLDEN = {
     "control-open.json": ControlRecord,
     "control-pending.json": ControlRecord,
     "control-fenced.json": ControlRecord,
+    "control-log-start.json": ControlRecord,
     "index-wal-shared.json": IndexEntry,
     "index-compacted.json": IndexEntry,
     "index-wal-legacy-v1.json": IndexEntry,
