@@ -276,11 +276,12 @@ def _pending(name: str, v: LogView, prev: LogView | None) -> list[str]:
 
 
 def _log_start(name: str, v: LogView, prev: LogView | None) -> list[str]:
-    """8.1.10: ``1 <= L <= c``; ``L`` never decreases; it moved with a time."""
-    L, cur = v.log_start, v.cursor
+    """8.1.10: ``1 <= L <= S``; ``L`` never decreases; it moved with a time.
+    (Retention keeps ``L <= c``; a deleted topic's log has ``L = S``: SPEC 7.11.)"""
+    L = v.log_start
     bad = []
-    if L < 1 or (cur is not None and L > cur):
-        bad.append(f"{name}: log start {L} outside [1, cursor {cur}] [8.1.10]")
+    if not 1 <= L <= v.counter:
+        bad.append(f"{name}: log start {L} outside [1, counter {v.counter}] [8.1.10]")
     if L > 1 and v.control.log_start_at_ms is None:
         bad.append(f"{name}: log start {L} without log_start_at_ms [8.1.10]")
     if prev is not None and prev.control is not None and L < prev.log_start:

@@ -115,7 +115,8 @@ def _many(seeds: range, config: SimConfig, args: argparse.Namespace) -> int:
     print(f"appends: {acked} acknowledged, {failed} failed definitely, {unknown} unknown")
     print("  not acknowledged, by error: " + ", ".join(f"{k} {v}" for k, v in errors.most_common()))
     print("faults injected: " + (", ".join(f"{k} {v}" for k, v in sorted(faults.items())) or "none"))
-    print(f"retention: {retention['passes']} passes moved a log start {retention['advances']} times")
+    print(f"retention: {retention['passes']} passes moved a log start {retention['advances']} times; "
+          f"{retention['deletions']} topic deletions and re-creations")
     print(f"distinct orders of protocol steps: {len(orders)} of {done - len(failures)} passing runs; "
           f"distinct handoffs (a step, then another actor's step): {len(handoffs)}")
     if failures:

@@ -25,6 +25,7 @@ from .._catalogue.topic_config import KNOWN_KEYS, TopicDefaults
 from .._config import OxiaConfig
 from .._errors import ConfigError, LlogError
 from .._log.initialize import initialize_log
+from .._log.retire import revive_log
 from .._protocol.keys import LogLayout
 from .._settings import environment_help
 from .._storage.metastore import OxiaMetadataStore
@@ -114,7 +115,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         meta = OxiaMetadataStore(oxia)
         try:
             catalogue = TopicCatalogue(meta, layout, defaults=defaults,
-                                       initialize=lambda tp: initialize_log(meta, layout.keys(tp)))
+                                       initialize=lambda tp: initialize_log(meta, layout.keys(tp)),
+                                       revive=lambda tp: revive_log(meta, layout.keys(tp)))
             for line in run(args, catalogue):
                 print(line)
         finally:

@@ -43,6 +43,7 @@ from .._errors import BackPressureRejected, ConfigError, ProducerClosed
 from .._http_server import PROMETHEUS, Response, error_response
 from .._log.producer import BatchingProducer
 from .._log.reader import LeaderlessLogReader
+from .._log.retire import revive_log
 from .._log.writer import LeaderlessLogWriter
 from .._catalogue.catalogue import TopicCatalogue
 from .._catalogue.topic_config import TopicDefaults
@@ -186,9 +187,10 @@ class Broker:
                 built.append(reader)
             billing = S3Billing.for_stores(metrics, stores.objects, s3.bucket, oxia.root_prefix, S3Prices.from_env(env))
             init = producer.ensure_initialized if producer is not None else None
-            catalogue = TopicCatalogue(stores.meta, LogLayout(oxia.root_prefix), defaults=TopicDefaults.from_env(env),
+            layout = LogLayout(oxia.root_prefix)
+            catalogue = TopicCatalogue(stores.meta, layout, defaults=TopicDefaults.from_env(env),
                                        initialize=None if init is None else (lambda tp: init(tp.topic, tp.partition)),
-                                       runtime=runtime)
+                                       revive=lambda tp: revive_log(stores.meta, layout.keys(tp)), runtime=runtime)
             return cls(
                 config, producer=producer, reader=reader, cache=cache, metrics=metrics, stores=stores, billing=billing,
                 topics=BrokerTopics(catalogue, cache_ms=config.topic_cache_ms),

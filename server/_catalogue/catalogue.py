@@ -4,9 +4,11 @@ Every change is one conditional write of the topic's record, so two admins
 racing on one topic never both win: a create is a put that expects the key
 absent, an alter or a partition increase a put that expects the version read
 (re-read and retried on a conflict). A delete turns the record ``DELETING``
-at once, which makes the topic invisible to produce and consume; removing its
-partitions and then the record happens later, in the background, and a
-create of the name is refused until the record is gone.
+at once, which makes the topic invisible to produce and consume; the
+compactor service retires its logs and, once vacuum has deleted their
+data, removes the record (SPEC 7.11); a create of the name is refused until
+the record is gone, and then revives the retired logs, whose offsets go on
+past everything the deleted topic held.
 
 Partitions of a new topic (or new partitions) are initialized through
 ``initialize`` (the writer's ``initialize_partition``) when one is given; one
@@ -44,12 +46,17 @@ class TopicCatalogue:
         *,
         defaults: TopicDefaults | None = None,
         initialize: Initializer | None = None,
+        revive: Initializer | None = None,
         runtime: Runtime = REAL_RUNTIME,
     ) -> None:
+        """``initialize``: initializes a new log (the writer's ``initialize_partition``);
+        ``revive``: revives a log a deleted topic of the name left retired (SPEC 7.11,
+        ``server._log.retire.revive_log``)."""
         self._meta = meta
         self.layout = layout
         self.defaults = defaults or TopicDefaults()
         self._initialize = initialize
+        self._revive = revive
         self.runtime = runtime
 
     # -- reading -----------------------------------------------------------------------------------
@@ -183,9 +190,14 @@ class TopicCatalogue:
         raise ConcurrencyConflict(f"topic {name!r} kept changing under {_CAS_ATTEMPTS} attempts", topic=name)
 
     def _init_partitions(self, name: str, partitions: range) -> None:
-        if self._initialize is not None:
-            for p in partitions:
-                self._initialize(TopicPartition(name, p))
+        """Initialize the topic's new logs, and revive those a deleted topic of the name
+        left retired (SPEC 7.11): their offsets go on past everything the old topic held."""
+        for p in partitions:
+            tp = TopicPartition(name, p)
+            if self._initialize is not None:
+                self._initialize(tp)
+            if self._revive is not None:
+                self._revive(tp)
 
 
 def _check_count(value: object, field: str) -> int:

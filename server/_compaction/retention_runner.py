@@ -1,11 +1,12 @@
-"""The compactor service's retention (SPEC 7.10): a pass over every known log, every interval.
+"""The compactor service's retention (SPEC 7.10) and topic removal (7.11): a pass every interval.
 
 A pass reads each topic's record from the catalogue once (its
 ``retention.ms`` and ``retention.bytes``; a log with no topic record, a
 library user's, keeps everything) and applies
 :func:`~server._compaction.retention.apply_retention` to each of its logs.
 A failed log is logged and left for the next pass. The gauges say, per
-log, where its start is and what it holds.
+log, where its start is and what it holds. The same pass removes deleted
+topics (``topic_removal.py``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from .._storage.metastore import MetadataStore
 from .._metrics import LlogMetrics
 from .._runtime import REAL_RUNTIME, RandomSource, Runtime
 from .retention import RetentionOutcome, RetentionResult, apply_retention
+from .topic_removal import remove_deleted_topics
 
 __all__ = ["RetentionRunner"]
 
@@ -34,7 +36,7 @@ class RetentionRunner:
     def __init__(
         self, meta: MetadataStore, layout: LogLayout, partitions: Callable[[], Sequence[TopicPartition]],
         interval_ms: int, stop: threading.Event, rng: RandomSource, metrics: LlogMetrics,
-        runtime: Runtime = REAL_RUNTIME,
+        runtime: Runtime = REAL_RUNTIME, grace_ms: int = 150_000,
     ) -> None:
         self._meta = meta
         self._layout = layout
@@ -45,6 +47,8 @@ class RetentionRunner:
         self._rng = rng
         self._metrics = metrics
         self._runtime = runtime
+        self._grace_ms = grace_ms
+        """Vacuum's grace: a deleted topic's logs are retired this long after the delete."""
         self.thread: threading.Thread | None = None
 
     def start(self) -> None:
@@ -92,4 +96,10 @@ class RetentionRunner:
                 log.info("retention: %s starts at %d (was %d), %d bytes let go", tp, result.log_start_offset,
                          result.previous_log_start, result.dropped_bytes)
         self._metrics.inc("retention_passes_total")
+        try:
+            remove_deleted_topics(self._meta, self._layout, self._catalogue, self._grace_ms,
+                                  runtime=self._runtime, metrics=self._metrics)
+        except LlogError as exc:
+            log.warning("removing deleted topics failed: %s", exc)
+            self._metrics.inc("retention_errors_total")
         return results

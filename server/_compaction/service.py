@@ -105,7 +105,7 @@ class CompactorService:
         )
         self._retention_runner = RetentionRunner(
             self._meta, self.layout, self.known_partitions, config.retention_interval_ms, self._stop, self._rng,
-            self.metrics, runtime=runtime,
+            self.metrics, runtime=runtime, grace_ms=config.vacuum.grace_ms,
         )
         self._queue: queue.Queue[TopicPartition | None] = queue.Queue()
         self._workers: list[threading.Thread] = []

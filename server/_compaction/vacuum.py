@@ -417,7 +417,8 @@ class Vacuum(Closeable):
             refs.pending = None if control.pending is None else control.pending.data_key
             moved_at = control.log_start_at_ms
             if control.log_start_offset > 1 and moved_at is not None and self._now_ms() - moved_at >= self.grace_ms:
-                expired_below = control.log_start_offset
+                # Not past the cursor: a deleted topic's log (7.11) keeps what compaction has not passed yet.
+                expired_below = min(control.log_start_offset, cursor)
         for rec in self._meta.range_scan(keys.index_prefix, keys.index_end, pk):
             end = keys.index_offset(rec.key)
             if end is None:

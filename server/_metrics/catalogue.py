@@ -204,6 +204,7 @@ _RETENTION = (
     _c("retention_advances_total", "Log starts moved by retention"),
     _c("retention_dropped_bytes_total", "Stored bytes let go by retention (deleted by vacuum a grace period later)"),
     _c("retention_errors_total", "Logs a retention pass could not handle"),
+    _c("topics_removed_total", "Deleted topics whose logs were retired and emptied and whose record is gone"),
     _g("log_start_offset", "A log's first readable offset (SPEC 7.10)", "topic", "partition", aggregate="max"),
     _g("log_retained_bytes", "Stored bytes a log holds from its start on", "topic", "partition", aggregate="max"),
 )

@@ -34,7 +34,7 @@ from ..history import Outcome
 from ._history import History
 from ._scheduler import Scheduler, SimCrash
 
-__all__ = ["World", "writer", "compactor", "fencer", "vacuum", "reader", "retainer"]
+__all__ = ["World", "writer", "compactor", "fencer", "vacuum", "reader", "retainer", "topic_deleter"]
 
 TP = tuple[str, int]
 JUMP_MARGIN_MS = 5_000
@@ -57,6 +57,10 @@ class World:
     grace_ms: int
     retain: Callable[[TP, TopicConfig], object] | None = None
     """One retention pass (SPEC 7.10) over a log, under a topic config."""
+    retire: Callable[[TP], bool] | None = None
+    """Retire a log (a deleted topic, SPEC 7.11); True once its cursor is at its start."""
+    revive: Callable[[TP], bool] | None = None
+    """Revive a retired log (the topic's name created again)."""
 
     def nap(self, seconds: float) -> None:
         """Idle a while; a crash while idle is only a restart."""
@@ -239,6 +243,30 @@ def retainer(world: World, name: str, rng: random.Random, passes: int) -> None:
         h.retention_passes += 1
         if result.log_start_offset > result.previous_log_start:
             h.retention_advances += 1
+
+
+def topic_deleter(world: World, name: str, rng: random.Random, cycles: int) -> None:
+    """Delete a log's topic and create the name again, while everything else runs:
+    retire the log, then revive it (SPEC 7.11). Nothing the old topic held may
+    show in the new one; the checker reads from the log start."""
+    h = world.history
+    for _ in range(cycles):
+        world.nap(rng.uniform(0.01, 0.2))
+        tp = rng.choice(world.tps)
+        for op in (world.retire, world.revive):
+            for _attempt in range(20):
+                try:
+                    if op(tp):  # type: ignore[misc]
+                        break  # retired with its cursor at its start / open again
+                except SimCrash:
+                    pass
+                except LlogError as exc:
+                    if not _expected(exc, MetadataStoreError):
+                        h.violations.append(f"{name}: {op.__name__}{tp} raised {type(exc).__name__}: {exc}")
+                        break
+                world.nap(rng.uniform(0.001, 0.02))
+            world.nap(rng.uniform(0.005, 0.05))
+        h.topic_deletions += 1
 
 
 def reader(world: World, name: str, rng: random.Random, reads: int) -> None:

@@ -61,6 +61,7 @@ class History:
     """Acknowledged since the checker last looked."""
     retention_passes: int = 0
     retention_advances: int = 0
+    topic_deletions: int = 0
 
     def begin(self, actor: str, tp: TP, payloads: tuple[bytes, ...]) -> Attempt:
         earlier = self.sent.get((tp, payloads[0])) if payloads else None

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from server._config import OxiaConfig, S3Config
 from server._compaction.retention import apply_retention
+from server._log.retire import retire_log, revive_log
 from server._protocol.constants import VACUUM_GRACE_MS
 from server._protocol.keys import LogLayout, TopicPartition
 from server.leaderless_log_compactor import LeaderlessLogCompactor
@@ -123,9 +124,10 @@ def run_seed(seed: int, config: SimConfig | None = None) -> RunResult:
     # Drawn last, so the earlier choices of every seed stay what they were.
     deferral = {"min_bytes_per_run": 64, "max_delay_ms": 40} if plan.random() < 0.3 else {}
     with_retention = plan.random() < 0.4
+    with_deletion = plan.random() < 0.25
     shape = (f"{n_logs} logs, {n_writers} writers, {n_compactors} compactors{' (deferring)' if deferral else ''}, "
              f"{n_readers} readers{', fencer' if with_fencer else ''}{', vacuum' if with_vacuum else ''}"
-             f"{', retention' if with_retention else ''}")
+             f"{', retention' if with_retention else ''}{', topic deletion' if with_deletion else ''}")
 
     clock = SimClock()
     faults = FaultPlan(random.Random(f"{seed}:faults"), config.faults)
@@ -149,6 +151,8 @@ def run_seed(seed: int, config: SimConfig | None = None) -> RunResult:
                                    **parts),
         grace_ms=GRACE_MS,
         retain=lambda tp, cfg: apply_retention(sim_meta, LAYOUT.keys(TopicPartition(*tp)), cfg, runtime=runtime),
+        retire=lambda tp: retire_log(sim_meta, LAYOUT.keys(TopicPartition(*tp)), runtime.clock.now_ms()),
+        revive=lambda tp: revive_log(sim_meta, LAYOUT.keys(TopicPartition(*tp))),
     )
     sched.max_jump_ms = world.max_jump_ms
 
@@ -167,6 +171,8 @@ def run_seed(seed: int, config: SimConfig | None = None) -> RunResult:
         actors.append(("vacuum", "vacuum", _actors.vacuum, (ops(1, 3),)))
     if with_retention:
         actors.append(("retainer", "retainer", _actors.retainer, (ops(2, 6),)))
+    if with_deletion:
+        actors.append(("deleter", "deleter", _actors.topic_deleter, (ops(1, 2),)))
     for i in range(n_readers):
         actors.append((f"r{i}", "reader", _actors.reader, (ops(3, 8),)))
 
@@ -204,5 +210,6 @@ def run_seed(seed: int, config: SimConfig | None = None) -> RunResult:
         checker_reads=checker.reads, sim_ms=int(clock.elapsed_ms), shape=shape,
         handoffs=frozenset(sched.handoffs),
         errors=Counter(a.detail.split(":", 1)[0].replace(" ", "_") for a in history.attempts if a.detail),
-        retention=Counter(passes=history.retention_passes, advances=history.retention_advances),
+        retention=Counter(passes=history.retention_passes, advances=history.retention_advances,
+                          deletions=history.topic_deletions),
     )

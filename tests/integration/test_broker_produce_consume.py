@@ -108,9 +108,11 @@ def test_a_cached_tail_is_checked_against_oxia_so_records_from_another_broker_ar
 
 
 def test_a_cache_hit_touches_neither_oxia_nor_s3(broker_factory) -> None:
-    broker = broker_factory()
+    broker = broker_factory(env={"LLOG_BROKER_LOG_START_REFRESH_MS": "60000"})  # no refresh due during the test
     c = broker.client
     c.produce([{"topic": "t", "partition": p, "records": [f"r{p}-{i}" for i in range(5)]} for p in range(3)])
+    # A partition's first consume reads its log start (once per LLOG_BROKER_LOG_START_REFRESH_MS, 1 s).
+    c.consume([{"topic": "t", "partition": p, "fetch_offset": 6} for p in range(3)])
     before = c.storage_ops()
     reply = c.consume([{"topic": "t", "partition": p, "fetch_offset": 2} for p in range(3)])
     assert [len(r["records"]) for r in reply.json["results"]] == [4, 4, 4]

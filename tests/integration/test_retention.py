@@ -125,3 +125,35 @@ def test_retention_bytes_keeps_the_newest_ranges(broker_factory, reader, llog_en
         assert stored_bytes(llog_env) == sum(left.values()) < sum(sizes)
     finally:
         svc.close()
+
+
+def test_a_deleted_topic_is_removed_and_its_name_comes_back_empty(broker_factory, reader, llog_env, tmp_path):
+    """DELETE /topics/{name}: unknown at once; the compactor service retires its logs a
+    grace period later, vacuum deletes their data, the record goes; the name created
+    again shows none of the old records, and its offsets go on from where they were."""
+    broker = broker_factory(env=BROKER_ENV)
+    assert broker.client.request("POST", "/topics", {"name": "gone", "partitions": 2}).status == 201
+    for p in (0, 1):
+        reply = broker.client.produce([{"topic": "gone", "partition": p, "records": [f"old-{p}-{i}" for i in range(3)]}])
+        assert reply.status == 200, reply.body
+    svc = Service(llog_env, tmp_path, "svc-del", extra_env=SERVICE_ENV)
+    try:
+        svc.wait_healthy()
+        assert broker.client.request("DELETE", "/topics/gone").status == 200
+        reply = broker.client.consume([{"topic": "gone", "partition": 0, "fetch_offset": 1}], max_wait_ms=0)
+        assert reply.json["results"][0]["error_code"] == "UNKNOWN_TOPIC_OR_PARTITION"
+        assert broker.client.request("POST", "/topics", {"name": "gone", "partitions": 2}).status == 409
+
+        def created() -> bool:
+            return broker.client.request("POST", "/topics", {"name": "gone", "partitions": 2}).status == 201
+
+        wait_until(created, 60, "the deleted topic's record to go, so the name can be created again")
+        assert compacted_objects(llog_env, "gone") == {}
+        assert [reader.log_start_offset("gone", p) for p in (0, 1)] == [4, 4]
+        check_start(broker, reader, "gone", 4, [])  # none of the old records
+        reply = broker.client.produce([{"topic": "gone", "partition": 0, "records": ["new"]}])
+        assert reply.json["results"][0]["start_offset"] == 4
+        check_start(broker, reader, "gone", 4, ["new"])
+        assert svc.metrics()["counters"]["topics_removed_total"][""] == 1
+    finally:
+        svc.close()

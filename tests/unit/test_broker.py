@@ -295,7 +295,7 @@ def test_504_when_no_flush_outcome_arrives_in_time_and_the_late_commit_still_fil
 
 
 def test_a_produced_batch_is_consumed_from_the_cache_without_storage_reads(cluster: Cluster) -> None:
-    broker = cluster.broker()
+    broker = cluster.broker(log_start_refresh_ms=60_000)  # no refresh due while the test runs
     assert broker.produce(body(("t", 0, ["a", "b", "c"]))).status == 200
     # The first consume of a partition reads its log start (once per LLOG_BROKER_LOG_START_REFRESH_MS).
     assert broker.consume(consume_body("t", 0, 3)).status == 200

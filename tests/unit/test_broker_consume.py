@@ -91,8 +91,9 @@ class Env:
         self.cache = MemoryTailCache(1 << 20, self.signals) if cache == "memory" else NullTailCache(self.signals)
         self.pending: set[TopicPartition] = set()  # partitions with a local flush "in flight"
         self._background = ThreadPoolExecutor(1, thread_name_prefix="test-long-poll")
-        self.service = BrokerConsumeService(
-            self.reader, self.cache, self.signals, local_writes_pending=lambda tp: tp in self.pending
+        self.service = BrokerConsumeService(  # no log-start refresh due while a test runs
+            self.reader, self.cache, self.signals, local_writes_pending=lambda tp: tp in self.pending,
+            log_start_refresh_ms=60_000,
         )
 
     def produce(self, *groups: tuple[str, int, list[bytes] | StoredBatches]) -> list:

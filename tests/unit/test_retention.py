@@ -140,3 +140,65 @@ def test_vacuum_deletes_below_the_log_start_only_after_its_grace(stores):
     assert values(stores, 4) == [b"1.0", b"1.1", b"1.2"]
     state = assert_log(meta, KEYS, object_uris(objs, "llog"), settled=True)
     assert state.cursor == 7
+
+
+# -- deleting a topic, and creating its name again (SPEC 7.11) ------------------------------------
+
+
+def test_a_deleted_topic_is_retired_emptied_and_forgotten_and_its_name_comes_back_empty(stores):
+    from server._catalogue.catalogue import TopicCatalogue
+    from server._compaction.topic_removal import remove_deleted_topics
+    from server._log.initialize import initialize_log
+    from server._log.retire import revive_log
+    from server._protocol.records import PendingAppend
+    from server._log import recovery
+
+    meta, objs = stores
+    layout = LogLayout("llog")
+    catalogue = TopicCatalogue(meta, layout, initialize=lambda tp: initialize_log(meta, layout.keys(tp)),
+                               revive=lambda tp: revive_log(meta, layout.keys(tp)))
+    catalogue.create("orders", 2)
+    build(stores, [0, 0], compact=1)  # partition 0: one compacted range, one WAL entry
+    with make(stores, LeaderlessLogWriter) as w:
+        w.append_shared([SharedAppendGroup("orders", 1, [b"p1"])])
+    # A writer that reserved offsets 4..6 and will create their index entry late (SPEC 7.2).
+    wal = IndexEntry.decode(meta.get(KEYS.index(6), KEYS.partition_key).value)
+    stale = PendingAppend("late", 4, 6, 3, wal.type, wal.data_key, wal.encoding, wal.byte_offset, wal.byte_length,
+                          wal.created_at_ms)
+    catalogue.delete("orders")
+
+    def remove() -> list:
+        return remove_deleted_topics(meta, layout, catalogue, grace_ms=0)
+
+    (first,) = remove()  # retired (fenced, start at the counter), not emptied yet
+    assert (first.retired, first.forgotten) == (2, False)
+    assert (control(stores).log_state, control(stores).log_start_offset, control(stores).sequence_counter) == (
+        "FENCED", 7, 7)
+    with make(stores, Vacuum, grace_ms=0, allow_unsafe_grace=True) as v:
+        v.run_once()  # only below the cursor: partition 0's WAL entry waits for compaction
+    assert remove()[0].forgotten is False
+    with make(stores, LeaderlessLogCompactor) as c:  # compaction goes on in a retired log
+        for p in (0, 1):
+            c.compact_once("orders", p)
+    with make(stores, Vacuum, grace_ms=0, allow_unsafe_grace=True) as v:
+        v.run_once()
+        v.run_once()  # the objects the first pass left referenced by other entries
+    assert objs.objects == {}
+    (second,) = remove()
+    assert second.forgotten and catalogue.get("orders", include_deleting=True) is None
+
+    # The name again: its logs go on from 7 (and 2), showing nothing of the old topic.
+    catalogue.create("orders", 2)
+    assert (control(stores).log_state, control(stores).log_start_offset) == ("OPEN", 7)
+    keys = KEYS
+    recovery.create_index_entry(meta, keys, stale)  # the old topic's writer, late: below the start
+    with make(stores, LeaderlessLogReader) as r:
+        with pytest.raises(OffsetOutOfRange) as info:
+            r.read_offset("orders", 0, stale.end_offset)
+        assert info.value.log_start_offset == 7
+        assert list(r.iter_from("orders", 0, 7)) == []
+    with make(stores, LeaderlessLogWriter) as w:
+        (res,) = w.append_shared([SharedAppendGroup("orders", 0, [b"new"])])
+    assert res.start_offset == 7 and values(stores, 7) == [b"new"]
+    for p in (0, 1):
+        assert_log(meta, layout.partition("orders", p), object_uris(objs, "llog"))
