@@ -241,6 +241,27 @@ def encode_value(payload: bytes | None) -> str | dict[str, str] | None:
 
 
 TIMESTAMP_TYPE_NAMES = {TimestampType.CREATE_TIME: "CreateTime", TimestampType.LOG_APPEND_TIME: "LogAppendTime"}
+_TYPE_NAMES_BY_INT = {int(t): name for t, name in TIMESTAMP_TYPE_NAMES.items()}
+
+
+def _records_json(part: ConsumedPartition) -> list[dict[str, Any]]:
+    """Every record of the answer as JSON, straight from the batches' columns (the
+    consume answer's per-record loop: locals, no Record objects)."""
+    out: list[dict[str, Any]] = []
+    add = out.append
+    value_of = encode_value
+    names = _TYPE_NAMES_BY_INT
+    for span in part.spans:
+        for offset, key, value, headers, ts, kind in span.rows():
+            add({
+                "offset": offset,
+                "value": value_of(value),
+                "key": None if key is None else value_of(key),
+                "headers": [{"key": k, "value": value_of(v)} for k, v in headers] if headers else [],
+                "timestamp_ms": ts,
+                "timestamp_type": names[kind],
+            })
+    return out
 
 
 def record_json(offset: int, r: Record) -> dict[str, Any]:
@@ -420,7 +441,7 @@ def consumed_partition_json(part: ConsumedPartition) -> dict[str, Any]:
         "high_watermark": part.high_watermark,
         "log_start_offset": part.log_start_offset,
         "next_fetch_offset": part.next_fetch_offset,
-        "records": [record_json(off, r) for off, r in part.records],
+        "records": _records_json(part),
     }
     if part.error is not None:
         body["error_code"] = error_code(part.error)

@@ -60,7 +60,15 @@ import cramjam
 import google_crc32c
 
 from .._errors import CorruptBatch
-from .kafka_records import Record, TimestampType, parse_records, record_parts, value_parts
+from .kafka_records import (
+    Record,
+    RecordColumns,
+    TimestampType,
+    parse_columns,
+    parse_records,
+    record_parts,
+    value_parts,
+)
 
 __all__ = [
     "ENCODING",
@@ -79,6 +87,7 @@ __all__ = [
     "check_batch",
     "split_batches",
     "decode_records",
+    "decode_columns",
     "with_base_offset",
     "iter_records",
 ]
@@ -331,6 +340,14 @@ def decode_records(batch: bytes | memoryview, pos: int = 0, *, verified: bool = 
     data = _decompress(h.compression, bytes(batch[pos + HEADER_SIZE:pos + h.size]))
     log_append = h.max_timestamp if h.attributes & _TIMESTAMP_TYPE_BIT else None
     return h, parse_records(data, h.records_count, h.base_timestamp, log_append)
+
+
+def decode_columns(batch: bytes | memoryview, pos: int = 0) -> tuple[RecordColumns, TimestampType]:
+    """The records of an already checked batch at ``pos`` as columns, and its timestamp type."""
+    h = read_header(batch, pos)
+    data = _decompress(h.compression, bytes(batch[pos + HEADER_SIZE:pos + h.size]))
+    log_append = h.max_timestamp if h.attributes & _TIMESTAMP_TYPE_BIT else None
+    return parse_columns(data, h.records_count, h.base_timestamp, log_append), h.timestamp_type
 
 
 def iter_records(slice_: bytes | memoryview) -> Iterable[tuple[BatchHeader, Record]]:

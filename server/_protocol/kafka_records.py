@@ -6,11 +6,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 from .._errors import CorruptBatch
 
-__all__ = ["TimestampType", "Record", "varint", "record_parts", "value_parts", "parse_records"]
+__all__ = [
+    "TimestampType", "Record", "RecordColumns", "varint", "record_parts", "value_parts", "parse_columns",
+    "parse_records",
+]
 
 
 class TimestampType(IntEnum):
@@ -53,7 +56,8 @@ def varint(n: int) -> bytes:
     return _SMALL_VARINTS[n] if 0 <= n < 8192 else _zigzag_bytes(n)
 
 
-def _get_varint(buf: bytes, pos: int) -> tuple[int, int]:
+def _get_varint(buf: bytes, pos: int, raw: bool = False) -> tuple[int, int]:
+    """The varint at ``pos`` (zigzag-decoded; ``raw``: not) and where the next field begins."""
     shift = z = 0
     while True:
         if pos >= len(buf):
@@ -62,11 +66,10 @@ def _get_varint(buf: bytes, pos: int) -> tuple[int, int]:
         pos += 1
         z |= (b & 0x7F) << shift
         if not b & 0x80:
-            return (z >> 1) ^ -(z & 1), pos
+            return (z if raw else (z >> 1) ^ -(z & 1)), pos
         shift += 7
         if shift > 63:
             raise CorruptBatch("a varint is longer than 10 bytes")
-
 
 
 def record_parts(records: Sequence[Record], stamps: Sequence[int], base_ts: int) -> list[bytes]:
@@ -114,60 +117,101 @@ def value_parts(values: Sequence[bytes]) -> list[bytes]:
     return parts
 
 
-def parse_records(data: bytes, count: int, base_ts: int, log_append: int | None) -> list[Record]:
-    """The ``count`` records of a batch's (decompressed) records section; with
-    ``log_append`` set (a LogAppendTime batch) every record reads as that time."""
-    out: list[Record] = []
-    add = out.append
+class RecordColumns(NamedTuple):
+    """The records of a batch as columns (record ``i`` is item ``i`` of each)."""
+
+    values: list[bytes | None]
+    keys: list[bytes | None]
+    timestamps: list[int]
+    headers: list[tuple[tuple[str, bytes | None], ...]]
+    offset_deltas: list[int]
+
+
+def parse_columns(data: bytes, count: int, base_ts: int, log_append: int | None) -> RecordColumns:
+    """The ``count`` records of a batch's (decompressed) records section, as columns;
+    with ``log_append`` set (a LogAppendTime batch) every record reads as that time.
+    The per-record loop is the read path's hottest Python: varints of one or two
+    bytes (values up to 8191: lengths of records up to 8 KiB, deltas of a batch
+    up to 8192 records) are decoded inline, longer ones by :func:`_get_varint`."""
+    values: list[bytes | None] = []
+    keys: list[bytes | None] = []
+    stamps: list[int] = []
+    headers: list[tuple[tuple[str, bytes | None], ...]] = []
+    deltas: list[int] = []
+    no_headers: tuple[tuple[str, bytes | None], ...] = ()
     size = len(data)
     p = 0
     try:
         for _ in range(count):
-            # Single-byte varints (values -64 .. 63) inline: most lengths of
-            # small records, every delta and count of a plain batch.
             b = data[p]
             if b < 0x80:
-                length, p = (b >> 1) ^ -(b & 1), p + 1
+                z, p = b, p + 1
+            elif data[p + 1] < 0x80:
+                z, p = (b & 0x7F) | (data[p + 1] << 7), p + 2
             else:
-                length, p = _get_varint(data, p)
+                z, p = _get_varint(data, p, raw=True)
+            length = (z >> 1) ^ -(z & 1)
             end = p + length
             if length < 1 or end > size:
                 raise CorruptBatch("a record's length runs past the end of its batch")
-            p += 1  # attributes
+            b = data[p + 1]  # after the attributes byte: the timestamp delta
+            if b < 0x80:
+                z, p = b, p + 2
+            else:
+                z, p = _get_varint(data, p + 1, raw=True)
+            stamps.append(base_ts + ((z >> 1) ^ -(z & 1)) if log_append is None else log_append)
             b = data[p]
             if b < 0x80:
-                ts_delta, p = (b >> 1) ^ -(b & 1), p + 1
+                z, p = b, p + 1
+            elif data[p + 1] < 0x80:
+                z, p = (b & 0x7F) | (data[p + 1] << 7), p + 2
             else:
-                ts_delta, p = _get_varint(data, p)
+                z, p = _get_varint(data, p, raw=True)
+            deltas.append((z >> 1) ^ -(z & 1))
+            for column in (keys, values):
+                b = data[p]
+                if b < 0x80:
+                    z, p = b, p + 1
+                elif data[p + 1] < 0x80:
+                    z, p = (b & 0x7F) | (data[p + 1] << 7), p + 2
+                else:
+                    z, p = _get_varint(data, p, raw=True)
+                n = (z >> 1) ^ -(z & 1)
+                if n < 0:
+                    if n != -1:
+                        raise CorruptBatch(f"a key or value length of {n}")
+                    column.append(None)
+                else:
+                    if p + n > end:
+                        raise CorruptBatch("a key, value or header runs past the end of its record")
+                    column.append(data[p:p + n])
+                    p += n
             b = data[p]
-            if b < 0x80:
-                offset_delta, p = (b >> 1) ^ -(b & 1), p + 1
+            if b == 0:  # no headers: the common case
+                p += 1
+                headers.append(no_headers)
+                if p != end:
+                    raise CorruptBatch("a record's fields do not fill its length")
             else:
-                offset_delta, p = _get_varint(data, p)
-            key, p = _get_bytes(data, p, end)
-            value, p = _get_bytes(data, p, end)
-            b = data[p]
-            if b < 0x80:
-                count, p = (b >> 1) ^ -(b & 1), p + 1
-            else:
-                count, p = _get_varint(data, p)
-            headers: tuple[tuple[str, bytes | None], ...] = ()
-            if count:
-                headers = _get_headers(data, p, end, count)
+                nh, p = _get_varint(data, p)
+                headers.append(_get_headers(data, p, end, nh))
                 p = end
-            elif p != end:
-                raise CorruptBatch("a record's fields do not fill its length")
-            if log_append is None:
-                add(Record(value, key, headers, base_ts + ts_delta, offset_delta))
-            else:
-                add(Record(value, key, headers, log_append, offset_delta, TimestampType.LOG_APPEND_TIME))
     except IndexError:
         raise CorruptBatch("a record runs past the end of its batch") from None
     if p != size:
         raise CorruptBatch(f"{size - p} bytes left after recordsCount {count} records")
-    return out
+    return RecordColumns(values, keys, stamps, headers, deltas)
 
 
+def parse_records(data: bytes, count: int, base_ts: int, log_append: int | None) -> list[Record]:
+    """The ``count`` records of a batch's (decompressed) records section (see :func:`parse_columns`)."""
+    c = parse_columns(data, count, base_ts, log_append)
+    if log_append is None:
+        return [Record(v, k, h, t, d) for v, k, h, t, d in zip(c.values, c.keys, c.headers, c.timestamps,
+                                                                c.offset_deltas)]
+    kind = TimestampType.LOG_APPEND_TIME
+    return [Record(v, k, h, t, d, kind) for v, k, h, t, d in zip(c.values, c.keys, c.headers, c.timestamps,
+                                                                  c.offset_deltas)]
 
 
 def _get_headers(data: bytes, p: int, end: int, count: int) -> tuple[tuple[str, bytes | None], ...]:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import bisect
 import struct
+from itertools import repeat
 from dataclasses import dataclass
 from typing import Iterable, Iterator
 
@@ -117,6 +118,18 @@ class RecordSpan:
         for i in range(self.lo, self.hi):
             yield _I64.pack(kafka_offset(base + rstarts[i]))
             yield view[bstarts[i] + 8:bstarts[i + 1]]
+
+    def rows(self) -> Iterator[tuple[int, bytes | None, bytes | None, tuple, int, int]]:
+        """``(offset, key, value, headers, timestamp_ms, timestamp_type)`` per record from
+        ``first`` on, from each batch's columns (no Record object: the JSON answer's loop)."""
+        batches, first = self.batches, self.first
+        for i in range(self.lo, self.hi):
+            base = self.base + batches.record_starts[i]
+            cols, kind = batches.columns(i)
+            skip = max(0, first - base)
+            kinds = repeat(int(kind))
+            yield from zip(range(base + skip, base + len(cols.values)), cols.keys[skip:], cols.values[skip:],
+                           cols.headers[skip:], cols.timestamps[skip:], kinds)
 
     def items(self) -> Iterator[tuple[int, Record]]:
         """``(offset, record)`` per record from ``first`` on (the JSON answer's view)."""

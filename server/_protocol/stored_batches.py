@@ -19,6 +19,7 @@ from typing import Sequence
 
 from .._errors import CorruptBatch
 from .codec import BATCH_ENCODING, EncodedRecords, decode_batch
+from .kafka_records import RecordColumns, TimestampType
 from .kafka_batch import (
     ENCODING,
     BatchHeader,
@@ -26,6 +27,7 @@ from .kafka_batch import (
     build_batch,
     build_values_batch,
     check_batch,
+    decode_columns,
     decode_records,
     read_header,
     with_log_append_time,
@@ -151,6 +153,10 @@ class StoredBatches(Sequence[Record]):
     def records(self, i: int) -> list[Record]:
         """The records of batch ``i`` (already checked: no second CRC pass)."""
         return decode_records(self.data, self.byte_starts[i], verified=True)[1]
+
+    def columns(self, i: int) -> tuple[RecordColumns, TimestampType]:
+        """The records of batch ``i`` as columns (no Python object per record), and its timestamp type."""
+        return decode_columns(self.data, self.byte_starts[i])
 
     def all_records(self) -> list[Record]:
         """Every record, in order (record ``k`` is item ``k``)."""

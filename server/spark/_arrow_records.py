@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import bisect
 from itertools import accumulate
-from typing import Iterable, Iterator, Sequence
+from typing import Iterable, Iterator, NamedTuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -58,18 +58,37 @@ def arrow_schema(include_headers: bool) -> pa.Schema:
 
 def row_bytes(r: Record, topic_bytes: int) -> int:
     """What a record adds to an Arrow batch (about): what the byte limit counts."""
+    return _row_bytes(r.key, r.value, r.headers, topic_bytes)
+
+
+def _row_bytes(key: bytes | None, value: bytes | None, headers: tuple, topic_bytes: int) -> int:
     n = _FIXED_ROW_BYTES + topic_bytes
-    if r.key is not None:
-        n += len(r.key)
-    if r.value is not None:
-        n += len(r.value)
-    for k, v in r.headers:
+    if key is not None:
+        n += len(key)
+    if value is not None:
+        n += len(value)
+    for k, v in headers:
         n += 12 + len(k) + (len(v) if v is not None else 0)  # + its offsets (string, binary, list)
     return n
 
 
+class _Slice(NamedTuple):
+    """Records of one stored batch as columns, from offset ``first``."""
+
+    first: int
+    keys: list
+    values: list
+    timestamps: list
+    headers: list
+    timestamp_type: int
+
+    def cut(self, i: int, j: int) -> _Slice:
+        return _Slice(self.first + i, self.keys[i:j], self.values[i:j], self.timestamps[i:j], self.headers[i:j],
+                      self.timestamp_type)
+
+
 class _Builder:
-    """Collects records of consecutive offsets into one record batch."""
+    """Collects records of consecutive offsets into one record batch, as columns."""
 
     def __init__(self, topic: str, partition: int, include_headers: bool) -> None:
         self.topic = pa.scalar(topic, pa.string())
@@ -77,34 +96,45 @@ class _Builder:
         self.topic_bytes = len(topic.encode())
         self.schema = arrow_schema(include_headers)
         self.include_headers = include_headers
+        self._reset()
+
+    def _reset(self) -> None:
         self.first = 0
         self.bytes = 0
-        self.records: list[Record] = []
+        self.count = 0
+        self.keys: list = []
+        self.values: list = []
+        self.timestamps: list = []
+        self.types: list = []
+        self.headers: list = []
 
-    @property
-    def count(self) -> int:
-        return len(self.records)
-
-    def add(self, first: int, records: Sequence[Record], nbytes: int) -> None:
-        if not self.records:
-            self.first = first
-        self.records.extend(records)
+    def add(self, piece: _Slice, nbytes: int) -> None:
+        if not self.count:
+            self.first = piece.first
+        n = len(piece.values)
+        self.keys += piece.keys
+        self.values += piece.values
+        self.timestamps += piece.timestamps
+        self.types += [piece.timestamp_type] * n
+        if self.include_headers:
+            self.headers += piece.headers
+        self.count += n
         self.bytes += nbytes
 
     def take(self) -> pa.RecordBatch:
-        records, n = self.records, len(self.records)
+        n = self.count
         columns = [
-            pa.array([r.key for r in records], pa.binary()),
-            pa.array([r.value for r in records], pa.binary()),
+            pa.array(self.keys, pa.binary()),
+            pa.array(self.values, pa.binary()),
             pa.repeat(self.topic, n),
             pa.repeat(self.partition, n),
             pc.add(_offsets(n), pa.scalar(self.first, pa.int64())),
-            pa.array([r.timestamp_ms for r in records], _MILLIS).cast(_MICROS),
-            pa.array([r.timestamp_type for r in records], pa.int32()),
+            pa.array(self.timestamps, _MILLIS).cast(_MICROS),
+            pa.array(self.types, pa.int32()),
         ]
         if self.include_headers:
-            columns.append(pa.array([r.headers or None for r in records], _HEADERS))
-        self.records, self.bytes = [], 0
+            columns.append(pa.array([h or None for h in self.headers], _HEADERS))
+        self._reset()
         return pa.RecordBatch.from_arrays(columns, schema=self.schema)
 
 
@@ -119,18 +149,19 @@ def _offsets(n: int) -> pa.Array:
     return _arange.slice(0, n)
 
 
-def _slices(run: RecordRun[StoredBatches]) -> Iterator[tuple[int, list[Record]]]:
-    """``(first offset, records)`` of each stored batch of the run, trimmed to ``run.first..run.last``."""
+def _slices(run: RecordRun[StoredBatches]) -> Iterator[_Slice]:
+    """Each stored batch of the run as columns, trimmed to ``run.first..run.last``."""
     stored = run.records
     starts = stored.record_starts
     i, end = run.first - run.base_offset, run.last - run.base_offset + 1
     b = stored.batch_of(i)
     while i < end:
         lo, hi = starts[b], starts[b + 1]
-        records = stored.records(b)
+        cols, kind = stored.columns(b)
+        piece = _Slice(run.base_offset + lo, cols.keys, cols.values, cols.timestamps, cols.headers, int(kind))
         if i > lo or end < hi:
-            records = records[i - lo:min(end, hi) - lo]
-        yield run.base_offset + i, records
+            piece = piece.cut(i - lo, min(end, hi) - lo)
+        yield piece
         i = min(end, hi)
         b += 1
 
@@ -156,19 +187,21 @@ def record_batches(
                 f"expected offset {expected}, read {run.first}", topic=topic, partition=partition, offset=expected,
             )
         expected = run.last + 1
-        for first, records in _slices(run):
-            sizes = list(accumulate(row_bytes(r, out.topic_bytes) for r in records))
+        for piece in _slices(run):
+            tb = out.topic_bytes
+            sizes = list(accumulate(_row_bytes(k, v, h, tb) for k, v, h in zip(piece.keys, piece.values, piece.headers)))
             pos = used = 0  # records of the slice taken, and their bytes
-            while pos < len(records):
+            count = len(piece.values)
+            while pos < count:
                 # The most records that fit both limits (bisect over the running byte sums).
-                stop = min(len(records), pos + max_records - out.count)
+                stop = min(count, pos + max_records - out.count)
                 j = bisect.bisect_right(sizes, used + max_bytes - out.bytes, pos, stop)
                 if j == pos:
                     if out.count:
                         yield out.take()
                         continue
                     j = pos + 1  # one record above max_bytes: a batch of its own
-                out.add(first + pos, records[pos:j], sizes[j - 1] - used)
+                out.add(piece.cut(pos, j), sizes[j - 1] - used)
                 pos, used = j, sizes[j - 1]
                 if out.count >= max_records:
                     yield out.take()
