@@ -87,3 +87,45 @@ def dead_broker_url() -> str:
 
 
 __all__ = ["spark", "llog_options", "write_jsonl", "consume_partitions", "dead_broker_url", "value_bytes"]
+
+
+def records_every_way(spark: Any, env: Mapping[str, str], broker: Any, topic: str, partitions: Iterable[int]) -> dict:
+    """``{way: {(partition, offset): (key, value, headers, timestamp_ms)}}`` of a whole topic read
+    through the library, ``/consume``, ``spark.read`` and ``readStream`` (headers as tuples of pairs)."""
+    import base64
+    import uuid
+
+    from server.leaderless_log_reader import LeaderlessLogReader
+
+    def raw(v: Any) -> bytes | None:
+        return None if v is None else (v.encode() if isinstance(v, str) else base64.b64decode(v["base64"]))
+
+    parts = list(partitions)
+    out: dict[str, dict] = {"library": {}, "consume": {}}
+    with LeaderlessLogReader.from_env(dict(env)) as reader:
+        for p in parts:
+            for r in reader.iter_from(topic, p, reader.log_start_offset(topic, p)):
+                out["library"][(p, r.offset)] = (r.key, r.payload, tuple(r.headers), r.timestamp_ms)
+    for p in parts:
+        res = broker.client.consume([{"topic": topic, "partition": p, "fetch_offset": 1}], max_wait_ms=0).json
+        for r in res["results"][0]["records"]:
+            out["consume"][(p, r["offset"])] = (raw(r["key"]), raw(r["value"]),
+                                                tuple((h["key"], raw(h["value"])) for h in r["headers"]),
+                                                r["timestamp_ms"])
+    columns = ("partition", "offset", "key", "value", "headers", "unix_millis(timestamp) AS ms")
+
+    def rows(frame: Any) -> dict:
+        return {(r.partition, r.offset): (None if r.key is None else bytes(r.key),
+                                          None if r.value is None else bytes(r.value),
+                                          tuple((h.key, None if h.value is None else bytes(h.value))
+                                                for h in (r.headers or ())), r.ms)
+                for r in frame.collect()}
+
+    options = {**llog_options(env), "topic": topic, "partitions": ",".join(map(str, parts)), "includeHeaders": "true"}
+    out["spark.read"] = rows(spark.read.format("llog").options(**options).load().selectExpr(*columns))
+    name = f"every_way_{uuid.uuid4().hex[:8]}"
+    query = (spark.readStream.format("llog").options(**options).option("startingOffsets", "earliest").load()
+             .selectExpr(*columns).writeStream.format("memory").queryName(name).trigger(availableNow=True).start())
+    assert query.awaitTermination(120) and query.exception() is None
+    out["readStream"] = rows(spark.sql(f"select * from {name}"))
+    return out

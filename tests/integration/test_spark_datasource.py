@@ -11,7 +11,7 @@ import pytest
 
 from server.client._partitioner import partition_for_key
 
-from ._spark_helpers import consume_partitions, llog_options, spark  # noqa: F401
+from ._spark_helpers import consume_partitions, llog_options, records_every_way, spark  # noqa: F401
 
 
 
@@ -97,6 +97,22 @@ def test_keys_headers_and_timestamps_come_back_in_kafkas_columns(spark, broker_f
         [("trace", b"t0"), ("empty", None)], None, [("bin", b"\x00\x01")], None,
     ]
     assert "headers" not in read(spark, llog_env, topic=topic, partitions="1").columns  # Kafka's default
+
+    # The same records as a binary v2 body to partition 2: the library, /consume, spark.read and
+    # readStream all give both partitions back identical.
+    from server._protocol.kafka_batch import Record, build_batch
+    from server._protocol.produce_binary import PRODUCE_BINARY_V2_CONTENT_TYPE, encode_binary_produce_v2
+
+    binary = [Record(b"v0", b"k0", (("trace", b"t0"), ("empty", None)), 1_700_000_000_001),
+              Record(None, b"k0", (), 1_700_000_000_002), Record(b"\x00\xff", None, (("bin", b"\x00\x01"),),
+                                                                1_700_000_000_003)]
+    body = encode_binary_produce_v2([(topic, 2, build_batch(binary))])
+    reply = broker.client.request("POST", "/produce", body, headers={"Content-Type": PRODUCE_BINARY_V2_CONTENT_TYPE})
+    assert reply.status == 200, reply.body
+    ways = records_every_way(spark, llog_env, broker, topic, (1, 2))
+    assert len(ways["library"]) == 7 and all(got == ways["library"] for got in ways.values())
+    assert [ways["library"][(2, o)] for o in (1, 2, 3)] == [
+        (r.key, r.value, r.headers, r.timestamp_ms) for r in binary]
 
     # A LogAppendTime topic: every record reads as the broker's append time, timestampType 1.
     appended = f"{topic}-append"

@@ -18,7 +18,7 @@ from server.client import BrokerUnreachable, parse_broker_list, rendezvous_order
 from server.client._partitioner import partition_for_key
 from server.spark.produce_job import ProduceJobFailed, ProduceOptions, run_produce_job
 
-from ._spark_helpers import consume_partitions, dead_broker_url, spark, write_jsonl  # noqa: F401
+from ._spark_helpers import consume_partitions, dead_broker_url, records_every_way, spark, write_jsonl  # noqa: F401
 from .conftest import REPO
 
 
@@ -105,7 +105,7 @@ def test_dataframe_with_binary_value_and_int_key(spark, broker_factory) -> None:
 
 
 def test_key_timestamp_headers_and_partition_columns_are_stored_with_each_record(
-    spark, broker_factory, reader, tmp_path: Path,
+    spark, broker_factory, reader, llog_env, tmp_path: Path,
 ) -> None:
     """JSON lines with the job's column flags: each record keeps its key,
     timestamp (integer ms) and headers (a map), in the partition its row names."""
@@ -125,6 +125,9 @@ def test_key_timestamp_headers_and_partition_columns_are_stored_with_each_record
         got = [(r.value.decode(), r.key, r.timestamp_ms, r.headers) for r in reader.iter_from(topic, p, 1)]
         assert got == [(line, row["who"].encode(), row["at"], (("src", row["meta"]["src"].encode()),))
                        for line, row in zip(lines, rows) if row["part"] == p]
+    # ... identical through /consume, spark.read and readStream.
+    ways = records_every_way(spark, llog_env, broker, topic, (0, 1))
+    assert len(ways["library"]) == 20 and all(got == ways["library"] for got in ways.values()), ways.keys()
 
 
 def test_csv_and_parquet_inputs_send_rows_as_json(spark, broker_factory, tmp_path: Path) -> None:
