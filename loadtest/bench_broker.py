@@ -21,6 +21,7 @@ is not set. Figures only; nothing here asserts a speed.
     python -m loadtest.bench_broker --seconds 8                 # binary produce bodies and consume answers
     python -m loadtest.bench_broker --seconds 8 --body json     # JSON produce bodies
     python -m loadtest.bench_broker --consume-body json         # JSON consume answers (phases 4-5)
+    python -m loadtest.bench_broker --idempotent                # idempotent producers (SPEC 7.12)
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from loadtest._common import Broker, put_bandwidth, run_threads, stack_env
-from server._protocol.kafka_batch import build_values_batch
+from server._protocol.kafka_batch import build_values_batch, with_producer
 from server._protocol.produce_binary import PRODUCE_BINARY_V2_CONTENT_TYPE, encode_binary_produce_v2
 from server._protocol.consume_binary import CONSUME_BINARY_CONTENT_TYPE, parse_binary_consume
 from server._config import BatchConfig
@@ -73,8 +74,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="produce body of phases 1-2: binary (application/vnd.llog.produce.v2, default) or json")
     p.add_argument("--consume-body", choices=("json", "binary"), default="binary",
                    help="consume answer of phases 4-5: binary (Accept: application/vnd.llog.consume.v2, default) or json")
+    p.add_argument("--idempotent", action="store_true",
+                   help="each produce client is an idempotent producer (POST /producers, sequences per partition; "
+                        "phases 1 and 2; binary bodies only)")
     p.add_argument("--json", type=Path, help="also write the figures to this JSON file")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.idempotent and args.body != "binary":
+        p.error("--idempotent sends binary bodies (the batch header carries the producer); drop --body json")
+    return args
 
 
 def pct(samples: list[float], q: float) -> float:
@@ -149,12 +156,46 @@ def _batches(values: list[bytes], max_batch_bytes: int = 1_000_000) -> bytes:
     return b"".join(build_values_batch(values[i:i + per], int(time.time() * 1000)) for i in range(0, len(values), per))
 
 
+class IdempotentBodies:
+    """``--idempotent``: each client is an idempotent producer (``POST /producers``)
+    with its own sequence per partition; the batch of a request's partition is
+    built once and its producer fields patched per request (``with_producer``:
+    the CRC recomputed, 64 KiB per batch at the defaults)."""
+
+    def __init__(self, args: argparse.Namespace, topic: str, port: int, clients: int) -> None:
+        rnd = random.Random(7)
+        record = "".join(rnd.choice(string.ascii_letters) for _ in range(args.record_bytes)).encode()
+        self.per_tp = max(1, args.records_per_request // args.partitions_per_request)
+        self.template = build_values_batch([record] * self.per_tp, int(time.time() * 1000))
+        self.args, self.topic = args, topic
+        c = Client(port)
+        self.ids = [json.loads(c.post("/producers", b"{}", "application/json")[1]) for _ in range(clients)]
+        c.close()
+        self.seqs: list[dict[int, int]] = [{} for _ in range(clients)]
+        self.turn = list(range(clients))
+
+    def next(self, client: int) -> tuple[bytes, int]:
+        args, seqs, ident = self.args, self.seqs[client], self.ids[client]
+        first = (self.turn[client] * args.partitions_per_request) % args.partitions
+        self.turn[client] += len(self.turn)
+        items = []
+        for k in range(args.partitions_per_request):
+            p = (first + k) % args.partitions
+            seq = seqs.get(p, 0)
+            seqs[p] = seq + self.per_tp
+            items.append((self.topic, p, with_producer(self.template, ident["producer_id"], ident["producer_epoch"],
+                                                        seq)))
+        return encode_binary_produce_v2(items), self.per_tp * args.partitions_per_request
+
+
 def produce_phase(
     port: int, bodies: list[tuple[bytes, int]], clients: int, seconds: float, rate_per_s: float | None, record_bytes: int,
-    content_type: str = PRODUCE_BINARY_V2_CONTENT_TYPE,
+    content_type: str = PRODUCE_BINARY_V2_CONTENT_TYPE, idempotent: IdempotentBodies | None = None,
 ) -> dict[str, float]:
     """``clients`` threads send bodies for ``seconds``; paced at ``rate_per_s``
-    requests per second in total when given (open loop per client)."""
+    requests per second in total when given (open loop per client). With
+    ``idempotent``, each client sends its producer's next batches, and a
+    request not answered 200 again (the same sequences) until it is."""
     lat: list[float] = []
     records = 0
     errors = 0
@@ -170,21 +211,29 @@ def produce_phase(
         mine: list[float] = []
         n = 0
         bad = 0
+        resend: tuple[bytes, int] | None = None
         while time.monotonic() < deadline:
             if interval:
                 delay = next_at - time.monotonic()
                 if delay > 0:
                     time.sleep(delay)
                 next_at += interval
-            body, count = bodies[k % len(bodies)]
-            k += clients
+            if resend is not None:
+                body, count = resend
+            elif idempotent is not None:
+                body, count = idempotent.next(i)
+            else:
+                body, count = bodies[k % len(bodies)]
+                k += clients
             t0 = time.monotonic()
             status, _ = c.post("/produce", body, content_type)
+            resend = None
             if status == 200:
                 mine.append(time.monotonic() - t0)
                 n += count
             else:
                 bad += 1
+                resend = (body, count) if idempotent is not None else None
                 time.sleep(0.01)
         c.close()
         with lock:
@@ -441,9 +490,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[bench] broker on port {broker.port}; warming up (partition initialization) ...", flush=True)
         produce_phase(broker.port, bodies[:64], 8, 1.0, None, args.record_bytes, ctype)
 
-        print(f"[bench] 1. produce at saturation: {args.clients} clients, {args.seconds:.0f}s ...", flush=True)
+        idem = IdempotentBodies(args, topic, broker.port, args.clients) if args.idempotent else None
+        print(f"[bench] 1. produce at saturation: {args.clients} clients{' (idempotent)' if idem else ''}, "
+              f"{args.seconds:.0f}s ...", flush=True)
         cpu_before = broker.cpu_seconds()
-        sat = produce_phase(broker.port, bodies, args.clients, args.seconds, None, args.record_bytes, ctype)
+        sat = produce_phase(broker.port, bodies, args.clients, args.seconds, None, args.record_bytes, ctype, idem)
         cpu = broker.cpu_seconds() - cpu_before
         # CPU per MB moves far less than MB/s when other work shares the cores.
         sat["broker_cpu_ms_per_mb"] = round(cpu * 1000 / max(1e-9, sat["records"] * args.record_bytes / 1e6), 2)
@@ -459,7 +510,7 @@ def main(argv: list[str] | None = None) -> int:
         rate = sat["requests_per_s"] * args.paced_fraction
         print(f"[bench] 2. produce below saturation: {rate:.1f} requests/s, {args.paced_seconds:.0f}s ...", flush=True)
         figures["produce_paced"] = produce_phase(
-            broker.port, bodies, args.clients, args.paced_seconds, rate, args.record_bytes, ctype
+            broker.port, bodies, args.clients, args.paced_seconds, rate, args.record_bytes, ctype, idem
         )
 
         print(f"[bench] 3. end to end: {args.e2e_requests_per_s:.0f} requests/s, long-polling consumers ...", flush=True)

@@ -1064,79 +1064,83 @@ const (
 )
 
 const (
-	errorTypeInvalidRequest = "InvalidRequest"
-	errorTypeRoleNotServed = "RoleNotServed"
-	errorTypeNotFound = "NotFound"
-	errorTypeMethodNotAllowed = "MethodNotAllowed"
-	errorTypeAppendFailed = "AppendFailed"
-	errorTypeRequestTimeout = "RequestTimeout"
-	errorTypeLengthRequired = "LengthRequired"
-	errorTypeRequestTooLarge = "RequestTooLarge"
-	errorTypeInternalError = "InternalError"
-	errorTypeBackPressureRejected = "BackPressureRejected"
-	errorTypeShuttingDown = "ShuttingDown"
-	errorTypeProducerClosed = "ProducerClosed"
-	errorTypeOutcomeUnknown = "OutcomeUnknown"
-	errorTypeHttpProtocolError = "HttpProtocolError"
-	errorTypeUnknownTopic = "UnknownTopic"
-	errorTypeTopicAlreadyExists = "TopicAlreadyExists"
+	errorTypeInvalidRequest          = "InvalidRequest"
+	errorTypeRoleNotServed           = "RoleNotServed"
+	errorTypeNotFound                = "NotFound"
+	errorTypeMethodNotAllowed        = "MethodNotAllowed"
+	errorTypeAppendFailed            = "AppendFailed"
+	errorTypeRequestTimeout          = "RequestTimeout"
+	errorTypeLengthRequired          = "LengthRequired"
+	errorTypeRequestTooLarge         = "RequestTooLarge"
+	errorTypeInternalError           = "InternalError"
+	errorTypeBackPressureRejected    = "BackPressureRejected"
+	errorTypeShuttingDown            = "ShuttingDown"
+	errorTypeProducerClosed          = "ProducerClosed"
+	errorTypeOutcomeUnknown          = "OutcomeUnknown"
+	errorTypeHttpProtocolError       = "HttpProtocolError"
+	errorTypeUnknownTopic            = "UnknownTopic"
+	errorTypeTopicAlreadyExists      = "TopicAlreadyExists"
 	errorTypePartitionNotInitialized = "PartitionNotInitialized"
-	errorTypeOffsetOutOfRange = "OffsetOutOfRange"
-	errorTypePartitionFenced = "PartitionFenced"
-	errorTypeConcurrencyConflict = "ConcurrencyConflict"
-	errorTypeCorruptBatch = "CorruptBatch"
-	errorTypeInconsistentReadState = "InconsistentReadState"
-	errorTypeStorageError = "StorageError"
-	errorTypeMetadataStoreError = "MetadataStoreError"
-	errorTypeObjectStoreError = "ObjectStoreError"
-	errorTypeObjectNotFound = "ObjectNotFound"
-	errorTypeLlogError = "LlogError"
-	errorTypeConnectionRefused = "ConnectionRefused"
-	errorTypeConnectionLost = "ConnectionLost"
-	errorTypeProtocolError = "ProtocolError"
+	errorTypeOffsetOutOfRange        = "OffsetOutOfRange"
+	errorTypePartitionFenced         = "PartitionFenced"
+	errorTypeOutOfOrderSequence      = "OutOfOrderSequence"
+	errorTypeProducerFenced          = "ProducerFenced"
+	errorTypeConcurrencyConflict     = "ConcurrencyConflict"
+	errorTypeCorruptBatch            = "CorruptBatch"
+	errorTypeInconsistentReadState   = "InconsistentReadState"
+	errorTypeStorageError            = "StorageError"
+	errorTypeMetadataStoreError      = "MetadataStoreError"
+	errorTypeObjectStoreError        = "ObjectStoreError"
+	errorTypeObjectNotFound          = "ObjectNotFound"
+	errorTypeLlogError               = "LlogError"
+	errorTypeConnectionRefused       = "ConnectionRefused"
+	errorTypeConnectionLost          = "ConnectionLost"
+	errorTypeProtocolError           = "ProtocolError"
 )
 
 const (
-	errorCodeCorruptMessage = "CORRUPT_MESSAGE"
-	errorCodeInconsistentReadState = "INCONSISTENT_READ_STATE"
-	errorCodeInvalidRequest = "INVALID_REQUEST"
-	errorCodeOffsetOutOfRange = "OFFSET_OUT_OF_RANGE"
-	errorCodeStorageError = "STORAGE_ERROR"
-	errorCodeUnknownServerError = "UNKNOWN_SERVER_ERROR"
+	errorCodeCorruptMessage          = "CORRUPT_MESSAGE"
+	errorCodeInconsistentReadState   = "INCONSISTENT_READ_STATE"
+	errorCodeInvalidRequest          = "INVALID_REQUEST"
+	errorCodeOffsetOutOfRange        = "OFFSET_OUT_OF_RANGE"
+	errorCodeStorageError            = "STORAGE_ERROR"
+	errorCodeUnknownServerError      = "UNKNOWN_SERVER_ERROR"
 	errorCodeUnknownTopicOrPartition = "UNKNOWN_TOPIC_OR_PARTITION"
 )
 
 var outcomeTable = map[string]outcome{
-	errorTypeInvalidRequest: {status: 400, kind: kindDefinite, errorCode: errorCodeInvalidRequest},
-	errorTypeRoleNotServed: {status: 403, kind: kindDefinite},
-	errorTypeNotFound: {status: 404, kind: kindDefinite},
-	errorTypeMethodNotAllowed: {status: 405, kind: kindDefinite},
-	errorTypeAppendFailed: {status: 409, kind: kindUnknown, perItem: true},
-	errorTypeRequestTimeout: {status: 408, retriable: true, kind: kindDefinite},
-	errorTypeLengthRequired: {status: 411, kind: kindDefinite},
-	errorTypeRequestTooLarge: {status: 413, kind: kindDefinite},
-	errorTypeInternalError: {status: 500, kind: kindUnknown},
-	errorTypeBackPressureRejected: {status: 503, retriable: true, kind: kindDefinite, perItem: true},
-	errorTypeShuttingDown: {status: 503, retriable: true, kind: kindDefinite, stopping: true},
-	errorTypeProducerClosed: {status: 503, retriable: true, kind: kindDefinite, stopping: true},
-	errorTypeOutcomeUnknown: {status: 504, retriable: true, kind: kindUnknown},
-	errorTypeHttpProtocolError: {kind: kindDefinite},
-	errorTypeUnknownTopic: {status: 404, kind: kindDefinite, errorCode: errorCodeUnknownTopicOrPartition},
-	errorTypeTopicAlreadyExists: {status: 409, kind: kindDefinite},
+	errorTypeInvalidRequest:          {status: 400, kind: kindDefinite, errorCode: errorCodeInvalidRequest},
+	errorTypeRoleNotServed:           {status: 403, kind: kindDefinite},
+	errorTypeNotFound:                {status: 404, kind: kindDefinite},
+	errorTypeMethodNotAllowed:        {status: 405, kind: kindDefinite},
+	errorTypeAppendFailed:            {status: 409, kind: kindUnknown, perItem: true},
+	errorTypeRequestTimeout:          {status: 408, retriable: true, kind: kindDefinite},
+	errorTypeLengthRequired:          {status: 411, kind: kindDefinite},
+	errorTypeRequestTooLarge:         {status: 413, kind: kindDefinite},
+	errorTypeInternalError:           {status: 500, kind: kindUnknown},
+	errorTypeBackPressureRejected:    {status: 503, retriable: true, kind: kindDefinite, perItem: true},
+	errorTypeShuttingDown:            {status: 503, retriable: true, kind: kindDefinite, stopping: true},
+	errorTypeProducerClosed:          {status: 503, retriable: true, kind: kindDefinite, stopping: true},
+	errorTypeOutcomeUnknown:          {status: 504, retriable: true, kind: kindUnknown},
+	errorTypeHttpProtocolError:       {kind: kindDefinite},
+	errorTypeUnknownTopic:            {status: 404, kind: kindDefinite, errorCode: errorCodeUnknownTopicOrPartition},
+	errorTypeTopicAlreadyExists:      {status: 409, kind: kindDefinite},
 	errorTypePartitionNotInitialized: {kind: kindDefinite, errorCode: errorCodeUnknownTopicOrPartition},
-	errorTypeOffsetOutOfRange: {kind: kindDefinite, errorCode: errorCodeOffsetOutOfRange},
-	errorTypePartitionFenced: {kind: kindDefinite},
-	errorTypeConcurrencyConflict: {retriable: true, kind: kindDefinite},
-	errorTypeCorruptBatch: {kind: kindDefinite, errorCode: errorCodeCorruptMessage},
-	errorTypeInconsistentReadState: {kind: kindDefinite, errorCode: errorCodeInconsistentReadState},
-	errorTypeStorageError: {retriable: true, kind: kindDefinite, errorCode: errorCodeStorageError},
-	errorTypeMetadataStoreError: {retriable: true, kind: kindDefinite, errorCode: errorCodeStorageError},
-	errorTypeObjectStoreError: {retriable: true, kind: kindDefinite, errorCode: errorCodeStorageError},
-	errorTypeObjectNotFound: {kind: kindDefinite, errorCode: errorCodeStorageError},
-	errorTypeLlogError: {kind: kindUnknown, errorCode: errorCodeUnknownServerError},
-	errorTypeConnectionRefused: {retriable: true, kind: kindDefinite},
-	errorTypeConnectionLost: {retriable: true, kind: kindUnknown},
-	errorTypeProtocolError: {kind: kindUnknown},
+	errorTypeOffsetOutOfRange:        {kind: kindDefinite, errorCode: errorCodeOffsetOutOfRange},
+	errorTypePartitionFenced:         {kind: kindDefinite},
+	errorTypeOutOfOrderSequence:      {retriable: true, kind: kindDefinite},
+	errorTypeProducerFenced:          {kind: kindDefinite},
+	errorTypeConcurrencyConflict:     {retriable: true, kind: kindDefinite},
+	errorTypeCorruptBatch:            {kind: kindDefinite, errorCode: errorCodeCorruptMessage},
+	errorTypeInconsistentReadState:   {kind: kindDefinite, errorCode: errorCodeInconsistentReadState},
+	errorTypeStorageError:            {retriable: true, kind: kindDefinite, errorCode: errorCodeStorageError},
+	errorTypeMetadataStoreError:      {retriable: true, kind: kindDefinite, errorCode: errorCodeStorageError},
+	errorTypeObjectStoreError:        {retriable: true, kind: kindDefinite, errorCode: errorCodeStorageError},
+	errorTypeObjectNotFound:          {kind: kindDefinite, errorCode: errorCodeStorageError},
+	errorTypeLlogError:               {kind: kindUnknown, errorCode: errorCodeUnknownServerError},
+	errorTypeConnectionRefused:       {retriable: true, kind: kindDefinite},
+	errorTypeConnectionLost:          {retriable: true, kind: kindUnknown},
+	errorTypeProtocolError:           {kind: kindUnknown},
 }
 
 // unnamedOutcomes: an answer whose error_type names no row, by its status (first..last).
@@ -1676,7 +1680,7 @@ func readBatch(buf []byte, first int64, out *[][]byte) (int, error) {
 
 // recordValue is the value of one record (attributes, timestamp and offset deltas, key, value, headers).
 func recordValue(rec []byte) ([]byte, error) {
-	p := 1 // attributes
+	p := 1                   // attributes
 	for f := 0; f < 2; f++ { // timestampDelta, offsetDelta
 		if _, w := binary.Varint(rec[min(p, len(rec)):]); w > 0 {
 			p += w

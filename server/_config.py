@@ -16,7 +16,7 @@ from ._errors import ConfigError
 from ._protocol.keys import validate_root_prefix
 from ._settings import check_settings, env_int, env_str, from_env, masked_repr, setting
 
-__all__ = ["OxiaConfig", "S3Config", "BatchConfig", "MIN_SESSION_TIMEOUT_MS", "env_int", "env_str"]
+__all__ = ["OxiaConfig", "S3Config", "BatchConfig", "ProducerStateConfig", "MIN_SESSION_TIMEOUT_MS", "env_int", "env_str"]
 
 MIN_SESSION_TIMEOUT_MS = 5_000
 """The shortest Oxia session timeout that works with ``oxia==0.2.1``.
@@ -121,6 +121,30 @@ class S3Config:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> S3Config:
+        return from_env(cls, env)
+
+
+@dataclass(frozen=True)
+class ProducerStateConfig:
+    """What a partition remembers of its idempotent producers (SPEC 7.12)."""
+
+    expiration_ms: int = setting(
+        "Forget an idempotent producer's state in a partition after this idle time (Kafka's "
+        "producer.id.expiration.ms); its next batch there is then appended at any sequence.",
+        env="LLOG_PRODUCER_ID_EXPIRATION_MS", default=86_400_000, min=1,
+    )
+    max_per_partition: int = setting(
+        "Idempotent producers a partition remembers at most; beyond it the longest idle are forgotten "
+        "first. Each costs about 250 bytes of meta/control, which every append rewrites.",
+        env="LLOG_PRODUCER_STATE_MAX_PER_PARTITION", default=500, min=1, max=2_000,
+    )
+    """2,000 producers of 5 batches each keep meta/control near 500 KB, under Oxia's 1 MiB."""
+
+    def __post_init__(self) -> None:
+        check_settings(self)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> ProducerStateConfig:
         return from_env(cls, env)
 
 

@@ -16,7 +16,7 @@ from typing import Sequence
 from ._broker.config import BrokerConfig
 from ._catalogue.topic_config import TopicDefaults
 from ._compaction.config import CompactorServiceConfig, VacuumConfig
-from ._config import BatchConfig, OxiaConfig, S3Config
+from ._config import BatchConfig, OxiaConfig, ProducerStateConfig, S3Config
 from ._settings import Section, env_example
 from ._storage.billing import S3Prices
 
@@ -39,6 +39,7 @@ SECTIONS = (
     ),
     Section("Defaults of new topics (the topic catalogue)", TopicDefaults),
     Section("Broker-side batching (BatchingProducer)", BatchConfig),
+    Section("Idempotent producers' state per partition (writer, broker)", ProducerStateConfig),
     Section(
         "HTTP broker and its tail cache", BrokerConfig,
         note="Read by llog-broker; each of its flags overrides its variable.",

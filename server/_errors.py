@@ -14,6 +14,10 @@ through ``retriable`` whether trying the same call again can help::
     ├── PartitionNotInitialized        the partition has no meta/control record
     ├── OffsetOutOfRange               offset below the log start or at/after the high watermark
     ├── PartitionFenced                the partition's log_state is FENCED; appends are refused
+    ├── OutOfOrderSequence             an idempotent batch's sequence leaves a gap (retriable: the
+    │                                  earlier batch may still be on its way)
+    ├── ProducerFenced                 an idempotent batch's epoch is older than the log's: a newer
+    │                                  instance of the producer took over
     ├── BackPressureRejected           the producer's buffer cap would be exceeded (retriable)
     ├── ProducerClosed                 submit after BatchingProducer.close()
     ├── AppendFailed                   some groups of an append_shared failed; .results has all outcomes
@@ -63,6 +67,8 @@ __all__ = [
     "PartitionNotInitialized",
     "OffsetOutOfRange",
     "PartitionFenced",
+    "OutOfOrderSequence",
+    "ProducerFenced",
     "BackPressureRejected",
     "ProducerClosed",
     "AppendFailed",
@@ -150,6 +156,20 @@ class OffsetOutOfRange(LlogError):
 
 class PartitionFenced(LlogError):
     """The partition is FENCED; appends are refused until it is unfenced."""
+
+
+class OutOfOrderSequence(LlogError):
+    """An idempotent batch's first sequence is not the next one its producer's
+    state in the log expects (a gap, a batch straddling the last one, or a new
+    epoch not starting at 0). Nothing of it was stored. Retriable: the batch
+    that fills the gap may still be on its way (clients keep 5 in flight)."""
+
+    retriable = True
+
+
+class ProducerFenced(LlogError):
+    """An idempotent batch carries an epoch older than its producer's in the
+    log: a newer instance initialized the same producer. Nothing was stored."""
 
 
 class BackPressureRejected(LlogError):

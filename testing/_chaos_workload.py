@@ -28,7 +28,7 @@ import time
 from collections import Counter
 from typing import Any, Mapping, Sequence
 
-from server._errors import OffsetOutOfRange
+from server._errors import OffsetOutOfRange, OutOfOrderSequence, ProducerFenced
 from server._protocol.outcomes import (
     CONNECTION_LOST,
     CONNECTION_REFUSED,
@@ -43,11 +43,14 @@ from testing._chaos_cluster import ChaosCluster
 from testing._chaos_nemesis import Nemesis, NemesisEvent
 
 _OUT_OF_RANGE = error_type_of(OffsetOutOfRange)
+_REFUSALS = (error_type_of(OutOfOrderSequence), error_type_of(ProducerFenced))
+"""What refuses an idempotent batch (SPEC 7.12)."""
 """A read below the log start: reset to the start the answer names (retention moved it)."""
 
 __all__ = [
     "History",
     "Producer",
+    "IdempotentProducer",
     "Nemesis",
     "TailConsumer",
     "classify_produce_reply",
@@ -95,8 +98,10 @@ def classify_produce_reply(
     out: list[tuple[str, int | None, str]] = []
     for res in results:
         item = item_outcome(res)
-        if item.kind is Kind.SUCCESS:
-            out.append((OK, res["start_offset"], f"HTTP {status}"))
+        if item.kind is Kind.SUCCESS and res.get("duplicate") and res.get("start_offset") is None:
+            out.append((UNKNOWN, None, f"HTTP {status} duplicate too old to have offsets"))
+        elif item.kind is Kind.SUCCESS:
+            out.append((OK, res["start_offset"], f"HTTP {status}" + (" duplicate" if res.get("duplicate") else "")))
         else:
             what = f"{res.get('error_type')}: {_oneline(res.get('error'))}" if isinstance(res, dict) else repr(res)
             out.append((_CHECKED[item.kind], None, f"HTTP {status} {what}"))
@@ -113,8 +118,9 @@ def _oneline(text: object, limit: int = 160) -> str:
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
-def produce_request(port: int, body: bytes, timeout_s: float = CLIENT_TIMEOUT_S) -> tuple[int | None, Any, str]:
-    """POST /produce on a fresh connection: (status, JSON body, detail); see ``classify_produce_reply``."""
+def produce_request(port: int, body: bytes, timeout_s: float = CLIENT_TIMEOUT_S,
+                    path: str = "/produce") -> tuple[int | None, Any, str]:
+    """POST ``path`` on a fresh connection: (status, JSON body, detail); see ``classify_produce_reply``."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout_s)
     try:
         try:
@@ -122,7 +128,7 @@ def produce_request(port: int, body: bytes, timeout_s: float = CLIENT_TIMEOUT_S)
         except OSError as exc:
             return None, None, f"{type(exc).__name__}: {exc}"
         try:
-            conn.request("POST", "/produce", body=body, headers={"Content-Type": "application/json"})
+            conn.request("POST", path, body=body, headers={"Content-Type": "application/json"})
             resp = conn.getresponse()
             raw = resp.read()
         except (OSError, http.client.HTTPException) as exc:
@@ -212,6 +218,85 @@ class Producer(threading.Thread):
             ProducedBatch(f"{tag}-{self._seq}-{j}", t, p, tuple(recs), outcome, start, why, sent_s, answered_s)
             for j, ((t, p, recs), (outcome, start, why)) in enumerate(zip(groups, outcomes))
         ]
+        self._history.add(status, batches)
+        if status is None:
+            self._halt.wait(0.05)  # the broker just died: pace the retries
+        return batches
+
+
+class IdempotentProducer(Producer):
+    """One idempotent producer (SPEC 7.12) per thread: ``POST /producers`` for
+    an id, then batches carrying it with per-partition sequences. A batch
+    whose outcome is not acknowledged is sent again -- same records, same
+    sequence, to any live broker -- in every request until it is, before
+    that partition gets a new batch; each attempt is recorded with
+    ``retry_of`` its first, and the checker allows one copy per batch."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._producer: tuple[int, int] | None = None
+        self._next_seq: dict[int, int] = {}
+        self._undecided: dict[int, tuple[str, int, tuple[bytes, ...]]] = {}
+        """partition -> (first attempt's id, sequence, records) of the batch being retried."""
+        self.duplicates = 0
+        self.refused = 0
+
+    def run(self) -> None:
+        while not self._halt.is_set():
+            live = self._cluster.live_brokers()
+            if not live:
+                self._halt.wait(0.05)  # pacing while every broker is down, not synchronization
+                continue
+            port = self._rng.choice(live).port
+            if self._producer is None:
+                self._init(port)
+            else:
+                self.send_idempotent(port)
+
+    def _init(self, port: int) -> None:
+        status, doc, _ = produce_request(port, b"{}", path="/producers")
+        if status == 200 and isinstance(doc, dict):
+            self._producer = (doc["producer_id"], doc["producer_epoch"])
+            self._next_seq, self._undecided = {}, {}
+        else:
+            self._halt.wait(0.05)  # the broker is down or restarting: pace the retries
+
+    def send_idempotent(self, port: int) -> list[ProducedBatch]:
+        rng, topic = self._rng, self._cluster.topic
+        self._seq += 1
+        tag = f"i{self.index}"
+        retries = sorted(self._undecided)[:3]
+        fresh = [p for p in rng.sample(range(self._cluster.partitions), k=min(3, self._cluster.partitions))
+                 if p not in self._undecided][: max(0, rng.randint(1, 3) - len(retries))]
+        items: list[tuple[int, str | None, int, tuple[bytes, ...]]] = []
+        for p in retries:
+            first_id, seq, recs = self._undecided[p]
+            items.append((p, first_id, seq, recs))
+        for j, p in enumerate(fresh):
+            recs = tuple(f"{tag}-{self._seq}-{j}-{i}".encode() for i in range(rng.randint(1, 20)))
+            items.append((p, None, self._next_seq.get(p, 0), recs))
+        pid, epoch = self._producer  # type: ignore[misc]
+        body = json.dumps({"topic_partitions": [
+            {"topic": topic, "partition": p, "records": [r.decode() for r in recs], "producer_id": pid,
+             "producer_epoch": epoch, "base_sequence": seq} for p, _, seq, recs in items
+        ]}).encode()
+        sent_s = self._history.now_s()
+        status, doc, detail = produce_request(port, body)
+        answered_s = self._history.now_s()
+        outcomes = classify_produce_reply(status, doc, [(topic, p, recs) for p, _, _, recs in items], detail)
+        batches = []
+        for k, ((p, first_id, seq, recs), (outcome, start, why)) in enumerate(zip(items, outcomes)):
+            batch_id = f"{tag}-{self._seq}-{k}"
+            batches.append(ProducedBatch(batch_id, topic, p, recs, outcome, start, why, sent_s, answered_s,
+                                         retry_of=first_id, idempotent=True))
+            if outcome == OK:
+                self._undecided.pop(p, None)
+                self._next_seq[p] = seq + len(recs)
+                self.duplicates += why.endswith("duplicate")
+                continue
+            self._undecided[p] = (first_id or batch_id, seq, recs)
+            if any(name in why for name in _REFUSALS):
+                self.refused += 1  # the checker judges what is in the log; this is counted for the report
         self._history.add(status, batches)
         if status is None:
             self._halt.wait(0.05)  # the broker just died: pace the retries

@@ -63,6 +63,7 @@ from testing._chaos_cluster import ChaosCluster
 from testing._chaos_nemesis import FaultPlan, Nemesis
 from testing._chaos_workload import (
     History,
+    IdempotentProducer,
     Producer,
     TailConsumer,
     log_starts,
@@ -105,6 +106,8 @@ class ChaosOptions:
     """After the first reads: how long the compactor has to compact every partition to its end."""
     retention_ms: int = 15_000
     """The topic's retention.ms (-1: keep everything): the log starts move while the faults run (SPEC 7.10)."""
+    idempotent: bool = False
+    """Idempotent producers (SPEC 7.12) that resend every batch not acknowledged until it is: one copy each."""
     seed: int = 0
     data_dir: Path | None = None
     progress_s: float = 5.0
@@ -138,6 +141,9 @@ class ChaosReport:
     """Requests of the consumer that followed the log during the faults, and its (expected) errors."""
     acknowledged_by_window: list[int] = field(default_factory=list)
     """Batches acknowledged in each quarter of the fault phase (progress while faulting)."""
+    idempotence: dict[str, int] = field(default_factory=dict)
+    """With idempotent producers: batches, attempts, batches sent again, answers that were duplicates,
+    refusals, and batches still not acknowledged when the run stopped."""
 
     @property
     def ok(self) -> bool:
@@ -159,6 +165,7 @@ class ChaosReport:
             + (f"; restart failures {self.restart_failures}" if self.restart_failures else ""),
             f"reads (records): {self.reads}",
             f"consumer while faulting: {self.tail_consumer}",
+            *([f"idempotent producers: {self.idempotence}"] if self.idempotence else []),
             f"compaction: {self.compaction.get('summary', '')}",
             f"phases (s): {self.phases_s}",
         ]
@@ -277,7 +284,8 @@ def run(opts: ChaosOptions, say: Callable[[str], None] = print) -> ChaosReport:
             f"faults {fault_plan(opts)}")
         stop = threading.Event()
         history = History()  # its clock is the run's: batch times line up with nemesis events
-        producers = [Producer(i, cluster, history, stop, seed=opts.seed * 1000 + i) for i in range(opts.producers)]
+        kind = IdempotentProducer if opts.idempotent else Producer
+        producers = [kind(i, cluster, history, stop, seed=opts.seed * 1000 + i) for i in range(opts.producers)]
         nemesis = Nemesis(cluster, stop, seconds=opts.seconds, plan=fault_plan(opts), seed=opts.seed,
                           interval_s=opts.fault_interval_s, t0=history.t0)
         tail = TailConsumer(cluster, stop, seed=opts.seed)
@@ -331,6 +339,15 @@ def run(opts: ChaosOptions, say: Callable[[str], None] = print) -> ChaosReport:
         report = _report(opts, cluster, data_dir, ran_s, history, nemesis, result, liveness, compaction, phases)
         report.tail_consumer = {"requests": tail.requests, "errors": dict(tail.errors)}
         report.acknowledged_by_window = progress
+        if opts.idempotent:
+            writes = {b.retry_of or b.batch_id for b in history.batches if b.idempotent}
+            report.idempotence = {
+                "batches": len(writes), "attempts": sum(1 for b in history.batches if b.idempotent),
+                "retried": len({b.retry_of for b in history.batches if b.retry_of}),
+                "duplicates_answered": sum(p.duplicates for p in producers),
+                "refused": sum(p.refused for p in producers),
+                "still_undecided": sum(len(p._undecided) for p in producers),
+            }
     if own_dir and report.ok:
         shutil.rmtree(data_dir, ignore_errors=True)
     return report
@@ -392,6 +409,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--all", action="store_true", help="every fault above together")
     p.add_argument("--recover-seconds", type=float, default=60.0,
                    help="after the faults, how long each broker has to take a produce again (default 60)")
+    p.add_argument("--idempotent", action="store_true",
+                   help="idempotent producers (POST /producers, sequences) that resend every batch not acknowledged "
+                        "until it is: every batch must be in the log once")
     p.add_argument("--retention-ms", type=int, default=15_000,
                    help="the topic's retention.ms: log starts move past old compacted ranges while the faults "
                         "run; acknowledged records below them are let go (default 15000; -1 keeps everything)")
@@ -414,6 +434,7 @@ def options_from_args(args: argparse.Namespace, seed: int) -> ChaosOptions:
         compaction_wait_s=args.compaction_wait, retention_ms=args.retention_ms, seed=seed, data_dir=args.data_dir,
         pause=args.pause or args.all, minio_restart=args.minio_restart or args.all,
         compactors=2 if args.two_compactors or args.all else 1, oxia_node_loss=args.oxia_node_loss or args.all,
+        idempotent=args.idempotent,
     )
 
 

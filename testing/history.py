@@ -68,7 +68,8 @@ KINDS: dict[str, str] = {
     "ack_unreadable": "an acknowledged record's offset could not be read",
     "wrong_offset": "an acknowledged record is in the log, but not at the offset its ack named",
     "ack_overlap": "two acknowledgements named the same offset",
-    "duplicate": "a record is in the log more often than attempts that may have written it",
+    "duplicate": "a record is in the log more often than attempts that may have written it (an idempotent "
+                 "producer's: more than once)",
     "failed_present": "a record of a definitely failed batch is in the log",
     "partial": "a failed or unknown batch is in the log only in part",
     "torn": "a failed or unknown batch is in the log whole, but not contiguous and in order",
@@ -97,6 +98,8 @@ class Batch(Protocol):
     start_offset: int | None
     detail: str
     retry_of: str | None
+    idempotent: bool
+    """Sent by an idempotent producer (SPEC 7.12): stored once, however many attempts."""
 
     @property
     def tp(self) -> TP: ...
@@ -125,6 +128,8 @@ class ProducedBatch:
     """When its outcome was known, seconds into the run."""
     retry_of: str | None = None
     """The batch this one sends again, with the same payloads."""
+    idempotent: bool = False
+    """Sent with a producer id and sequence: every attempt of it is one write at most."""
 
     def __post_init__(self) -> None:
         if self.outcome not in OUTCOMES:
@@ -432,12 +437,13 @@ def _check_write(write: Sequence[Batch], read: ReadPass, where: Mapping[tuple[TP
     b, src = write[0], read.source
     offsets = [where.get((b.tp, v), []) for v in b.payloads]
     may_land = sum(1 for x in write if x.outcome != FAILED)
-    allowed = max(1, may_land)
+    allowed = 1 if b.idempotent else max(1, may_land)
     for i, at in enumerate(offsets):
         if len(at) > allowed:
             tries = f" ({len(write)} attempts)" if len(write) > 1 else ""
+            what = "idempotent batch stored more than once" if b.idempotent else "batch"
             found.report((b.batch_id,), "duplicate", b.tp, at[0], b.batch_id, f"{b.outcome or 'in-flight'} "
-                         f"batch: record {i} {b.payloads[i]!r} is at offsets {at}{tries}{b.when}", src)
+                         f"{what}: record {i} {b.payloads[i]!r} is at offsets {at}{tries}{b.when}", src)
             break
     acked = [x for x in write if x.outcome == OK]
     for x in acked:

@@ -82,6 +82,7 @@ def _many(seeds: range, config: SimConfig, args: argparse.Namespace) -> int:
     faults: Counter[str] = Counter()
     errors: Counter[str] = Counter()
     retention: Counter[str] = Counter()
+    idempotence: Counter[str] = Counter()
     orders: set[str] = set()
     handoffs: set[tuple[str, str]] = set()
     failures: list[SimFailure] = []
@@ -101,6 +102,7 @@ def _many(seeds: range, config: SimConfig, args: argparse.Namespace) -> int:
         faults += r.faults
         errors += r.errors
         retention += r.retention
+        idempotence += r.idempotence
         orders.add(r.order_hash)
         handoffs |= r.handoffs
         acked, failed, unknown = acked + r.acked, failed + r.failed, unknown + r.unknown
@@ -117,6 +119,9 @@ def _many(seeds: range, config: SimConfig, args: argparse.Namespace) -> int:
     print("faults injected: " + (", ".join(f"{k} {v}" for k, v in sorted(faults.items())) or "none"))
     print(f"retention: {retention['passes']} passes moved a log start {retention['advances']} times; "
           f"{retention['deletions']} topic deletions and re-creations")
+    print(f"idempotent producers: {idempotence['batches']} attempts, {idempotence['duplicates']} answered as "
+          f"duplicates with their first offsets, {idempotence['fenced_zombies']} batches of a superseded epoch "
+          "refused as fenced")
     print(f"distinct orders of protocol steps: {len(orders)} of {done - len(failures)} passing runs; "
           f"distinct handoffs (a step, then another actor's step): {len(handoffs)}")
     if failures:

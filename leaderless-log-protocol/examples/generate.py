@@ -61,7 +61,9 @@ from server._protocol.consume_binary import encode_binary_consume, parse_binary_
 from server._protocol.record_spans import spans_of  # noqa: E402
 from server._protocol import kafka_batch as kb  # noqa: E402
 from server._errors import PartitionNotInitialized  # noqa: E402
-from server._protocol.keys import TOPICS_PARTITION_KEY, LogLayout  # noqa: E402
+from server._protocol.keys import PRODUCERS_PARTITION_KEY, TOPICS_PARTITION_KEY, LogLayout  # noqa: E402
+from server._protocol.producer_state import ProducerEntry  # noqa: E402
+from server._log.producer_ids import ProducerIdentity, encode_named, encode_next_id  # noqa: E402
 from server._catalogue.record import TopicRecord  # noqa: E402
 from server._catalogue.topic_config import TopicConfig  # noqa: E402
 from server._protocol.records import (  # noqa: E402
@@ -271,6 +273,16 @@ def _oxia_values(blob: bytes) -> dict[str, tuple[str, bytes, bool]]:
             ControlRecord(LogState.OPEN, 9, None, log_start_offset=6, log_start_at_ms=CREATED_AT_MS + 60_000).encode(),
             False,
         ),
+        # Two idempotent producers' last batches (SPEC 7.12): producer 3 appended
+        # sequences 0..1 at offsets 1..2, then 2..2 at 7; producer 9 (epoch 2) 0..3 at 3..6.
+        "control-producers.json": (
+            keys.control,
+            ControlRecord(LogState.OPEN, 8, None, producers={
+                3: ProducerEntry(0, CREATED_AT_MS + 20, ((0, 1, 1), (2, 2, 7))),
+                9: ProducerEntry(2, CREATED_AT_MS + 10, ((0, 3, 3),)),
+            }).encode(),
+            False,
+        ),
         "index-wal-shared.json": (keys.index(2), pending.index_entry().encode(), False),
         "index-compacted.json": (keys.index(5), compacted.encode(), False),
         "index-wal-legacy-v1.json": (keys.index(8), legacy.encode(), False),
@@ -303,6 +315,13 @@ def build_files() -> dict[str, bytes]:
     files[f"{OXIA_DIR}/topic-orders.json"] = topic.encode()
     keys_doc["topic-orders.json"] = {"key": LogLayout(ROOT).topic_record(TOPIC), "partition_key": TOPICS_PARTITION_KEY,
                                      "ephemeral": False}
+    layout = LogLayout(ROOT)
+    files[f"{OXIA_DIR}/producer-ids.json"] = encode_next_id(10)
+    keys_doc["producer-ids.json"] = {"key": layout.producer_ids_key, "partition_key": PRODUCERS_PARTITION_KEY,
+                                     "ephemeral": False}
+    files[f"{OXIA_DIR}/producer-named.json"] = encode_named(ProducerIdentity(9, 2))
+    keys_doc["producer-named.json"] = {"key": layout.producer_name_key("spark-write-0"),
+                                       "partition_key": PRODUCERS_PARTITION_KEY, "ephemeral": False}
     files[f"{OXIA_DIR}/keys.json"] = _pretty(keys_doc)
     body = encode_binary_produce(PRODUCE_GROUPS)
     files[PRODUCE_FILE] = body

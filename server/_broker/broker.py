@@ -9,6 +9,7 @@ point (flags, ``serve``, ``main``) is ``cli.py``. Routes (the contract is in
     GET  /metrics             JSON metrics snapshot plus broker info
     GET  /metrics/prometheus  the same in Prometheus text format
     POST /produce             role write or both
+    POST /producers           role write or both: an idempotent producer's id and epoch
     POST /consume             role read or both
 
 Built from parts: ``Broker(config, producer=..., reader=..., cache=...,
@@ -21,10 +22,6 @@ Produce: one request's batches go to the shared ``BatchingProducer`` in one
 committed results fill the tail cache before the answer is sent. Consume:
 ``BrokerConsumeService`` (tail cache, then Oxia/S3; long-polls on the
 handler thread).
-
-Shutdown (:meth:`Broker.close`): answer requests with 503, wake long-polling
-consumes, flush and close the producer (every accepted produce gets its
-answer), wait for the requests in flight, then close the cache and the reader.
 """
 
 from __future__ import annotations
@@ -38,7 +35,7 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Mapping, Sequence
 
-from .._config import BatchConfig, OxiaConfig, S3Config
+from .._config import BatchConfig, OxiaConfig, ProducerStateConfig, S3Config
 from .._errors import BackPressureRejected, ConfigError, ProducerClosed
 from .._http_server import PROMETHEUS, Response, error_response
 from .._log.producer import BatchingProducer
@@ -70,6 +67,8 @@ from .._protocol.outcomes import (
 )
 from .._protocol.produce_binary import parse_produce_body
 from .answers import answers_errors
+from .producers_route import producers_route
+from .._log.producer_ids import ProducerIds
 from .topics import BrokerTopics
 from .config import BrokerConfig
 from .consume import BrokerConsumeService
@@ -116,13 +115,15 @@ class Broker:
         stores: Stores | None = None,
         billing: S3Billing | None = None,
         topics: BrokerTopics | None = None,
+        producer_ids: ProducerIds | None = None,
     ) -> None:
         """``stores``: the Stores the parts share, if the broker is to close
         it after them (``from_env`` opens one). ``billing``: the S3 billing
         estimate shown under ``s3.billing`` (request costs from ``metrics``
         when not given). ``topics``: the topic catalogue produce and consume
         check and ``/topics`` serves (``from_env`` builds one); without it any
-        topic-partition is accepted and ``/topics`` answers 404."""
+        topic-partition is accepted and ``/topics`` answers 404.
+        ``producer_ids``: what ``POST /producers`` hands out (writing roles)."""
         _check_parts(config, producer, reader)
         self.config = config
         self.producer = producer
@@ -141,6 +142,7 @@ class Broker:
         self._stores = stores
         self.billing = billing or S3Billing(metrics, None)
         self.topics = topics
+        self.producer_ids = producer_ids
         self.consume_service: BrokerConsumeService | None = None
         if reader is not None:
             self.consume_service = BrokerConsumeService(
@@ -151,14 +153,8 @@ class Broker:
         self._report_info()
 
     @classmethod
-    def from_env(
-        cls,
-        config: BrokerConfig,
-        env: Mapping[str, str] | None = None,
-        *,
-        metrics: LlogMetrics | None = None,
-        runtime: Runtime = REAL_RUNTIME,
-    ) -> Broker:
+    def from_env(cls, config: BrokerConfig, env: Mapping[str, str] | None = None, *,
+                 metrics: LlogMetrics | None = None, runtime: Runtime = REAL_RUNTIME) -> Broker:
         """A broker over parts built from the environment (``LLOG_OXIA_*``,
         ``LLOG_S3_*``, ``LLOG_ROOT_PREFIX``, ``LLOG_BATCH_*``): the tail cache
         ``config`` asks for, a producer over its own writer (roles write and
@@ -177,7 +173,8 @@ class Broker:
             built.append(cache)
             producer = reader = None
             if config.serves_produce:
-                writer = LeaderlessLogWriter(oxia, s3, metrics=metrics, stores=stores, runtime=runtime)
+                writer = LeaderlessLogWriter(oxia, s3, metrics=metrics, stores=stores, runtime=runtime,
+                                             producer_state=ProducerStateConfig.from_env(env))
                 built.append(writer)
                 producer = BatchingProducer(writer, BatchConfig.from_env(env), metrics=metrics, owns_writer=True,
                                             runtime=runtime)
@@ -194,6 +191,7 @@ class Broker:
             return cls(
                 config, producer=producer, reader=reader, cache=cache, metrics=metrics, stores=stores, billing=billing,
                 topics=BrokerTopics(catalogue, cache_ms=config.topic_cache_ms),
+                producer_ids=None if producer is None else ProducerIds(stores.meta, layout, runtime=runtime),
             )
         except BaseException:
             for part in reversed(built):
@@ -364,7 +362,7 @@ class Broker:
         try:
             results = future.result()
             for g, res in zip(groups, results):
-                if res.ok and res.start_offset is not None:
+                if res.ok and res.start_offset is not None and not res.duplicate:
                     self.cache.publish(g.tp, res.start_offset, g.payloads)
         except Exception:  # the cache is an optimization; never fail a produce for it
             log.warning("tail cache fill failed", exc_info=True)
@@ -451,6 +449,12 @@ class Broker:
             "payload_bytes": result.payload_bytes,
             "waited_ms": result.waited_ms,
         })
+
+    @answers_errors
+    def producers(self, body: bytes) -> Response:
+        if self.producer_ids is None:
+            return self._role_refused("POST /producers", "write")
+        return producers_route(self.producer_ids, body)
 
     @answers_errors
     def topics_route(self, body: bytes, method: str, name: str | None) -> Response:

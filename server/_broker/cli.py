@@ -25,7 +25,7 @@ import textwrap
 import threading
 from typing import Mapping, Sequence
 
-from .._config import BatchConfig, OxiaConfig, S3Config
+from .._config import BatchConfig, OxiaConfig, ProducerStateConfig, S3Config
 from .._errors import ConfigError, LlogError
 from .._settings import Flags, environment_help
 from .._storage.billing import S3Prices
@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 
 FLAGS = Flags(BrokerConfig)
 """The flags: one per :class:`BrokerConfig` setting (``--role``, ``--port`` ...)."""
-ENVIRONMENT = (OxiaConfig, S3Config, S3Prices, BatchConfig, TopicDefaults)
+ENVIRONMENT = (OxiaConfig, S3Config, S3Prices, BatchConfig, ProducerStateConfig, TopicDefaults)
 """The other configs the broker reads from the environment (``Broker.from_env``)."""
 
 

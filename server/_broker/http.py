@@ -44,6 +44,7 @@ ROUTES: dict[str, dict[str, str]] = {
     "/metrics": {"GET": "metrics_json"},
     "/metrics/prometheus": {"GET": "metrics_prometheus"},
     "/produce": {"POST": "produce"},
+    "/producers": {"POST": "producers"},
     "/consume": {"POST": "consume"},
     "/topics": {"GET": "topics", "POST": "topics"},
     TOPIC_PATH: {"GET": "topics", "PATCH": "topics", "DELETE": "topics"},

@@ -42,7 +42,7 @@ from .._config import BatchConfig
 from .._errors import BackPressureRejected, InvalidRequest, LlogError, OutcomeUnknown, ProducerClosed
 from .._protocol.stored_batches import StoredBatches
 from .._protocol.keys import TopicPartition
-from .._protocol.structs import AppendResult, SharedAppendGroup, validate_groups
+from .._protocol.structs import AppendResult, BatchOutcome, SharedAppendGroup, validate_groups
 from .._metrics import LlogMetrics
 from .._runtime import REAL_RUNTIME, Runtime
 from .writer import LeaderlessLogWriter, StagedBlob
@@ -69,7 +69,9 @@ class _Flush:
 
     batch: list[_Submission]
     started: float
-    slots: OrderedDict[TopicPartition, list[tuple[_Submission, int, int]]]
+    slots: OrderedDict[TopicPartition, list[tuple[_Submission, int, int, int]]]
+    """Per partition, each submitted group's place in the merged group:
+    (submission, group index, first record, first batch)."""
     payloads: dict[TopicPartition, StoredBatches]
     tps: list[TopicPartition]
     init_errors: dict[TopicPartition, LlogError]
@@ -343,15 +345,18 @@ class BatchingProducer:
         # Groups sent encoded (StoredBatches) are joined as they are, without
         # touching each record; the others are stamped with this flush's time.
         now_ms = self.runtime.clock.now_ms()
-        slots: OrderedDict[TopicPartition, list[tuple[_Submission, int, int]]] = OrderedDict()
+        slots: OrderedDict[TopicPartition, list[tuple[_Submission, int, int, int]]] = OrderedDict()
         parts: dict[TopicPartition, list[StoredBatches]] = {}
         counts: dict[TopicPartition, int] = {}
+        batch_counts: dict[TopicPartition, int] = {}
         for sub in batch:
             for i, g in enumerate(sub.groups):
                 tp = g.tp
-                slots.setdefault(tp, []).append((sub, i, counts.get(tp, 0)))
-                parts.setdefault(tp, []).append(g.encode(now_ms))
+                encoded = g.encode(now_ms)
+                slots.setdefault(tp, []).append((sub, i, counts.get(tp, 0), batch_counts.get(tp, 0)))
+                parts.setdefault(tp, []).append(encoded)
                 counts[tp] = counts.get(tp, 0) + len(g.payloads)
+                batch_counts[tp] = batch_counts.get(tp, 0) + encoded.batch_count
         payloads = {tp: StoredBatches.join(seqs) for tp, seqs in parts.items()}
 
         init_errors: dict[TopicPartition, LlogError] = {}
@@ -376,9 +381,12 @@ class BatchingProducer:
 
         for tp, entries in slots.items():
             res = by_tp[tp]
-            for sub, i, first in entries:
+            for n, (sub, i, first, first_batch) in enumerate(entries):
                 count = len(sub.groups[i].payloads)
-                if res.error is None:
+                if res.batches is not None:  # idempotent batches among them: each has its own outcome
+                    end_batch = entries[n + 1][3] if n + 1 < len(entries) else len(res.batches)
+                    sub.results[i] = _slot_result(res, count, res.batches[first_batch:end_batch])
+                elif res.error is None:
                     start = res.start_offset + first  # type: ignore[operator]
                     sub.results[i] = replace(res, count=count, start_offset=start, end_offset=start + count - 1)
                 else:
@@ -400,6 +408,19 @@ class BatchingProducer:
         failed = sum(1 for r in by_tp.values() if r.error is not None)
         if failed:
             self.metrics.inc("batcher_failed_partition_batches_total", failed)
+
+
+def _slot_result(res: AppendResult, count: int, outcomes: tuple[BatchOutcome, ...]) -> AppendResult:
+    """A submitted group's result from its batches' outcomes. An idempotent group
+    is one batch; a group of plain batches is never refused, so its batches were
+    appended in one run (or failed together)."""
+    error = next((o.error for o in outcomes if o.error is not None), None)
+    if error is not None:
+        return replace(res, count=count, start_offset=None, end_offset=None, error=error, batches=outcomes)
+    last = outcomes[-1]
+    return replace(res, count=count, start_offset=outcomes[0].start_offset, end_offset=last.end_offset,
+                   index_key=last.index_key, wal_uri=last.wal_uri, error=None, duplicate=outcomes[0].duplicate,
+                   batches=outcomes)
 
 
 def _failed_future(exc: BaseException) -> Future:

@@ -14,6 +14,7 @@ replace one in one place.
 from __future__ import annotations
 
 import logging
+from enum import Enum
 
 from .._errors import VersionConflict
 from .._protocol.keys import PartitionKeys
@@ -21,11 +22,14 @@ from .._protocol.records import (
     CompactionCursor,
     CompactionRecord,
     CompactionState,
+    ControlRecord,
+    EntryType,
     PendingAppend,
 )
 from .._storage.metastore import EXPECT_ABSENT, MetadataStore
+from .index import covering_entry
 
-__all__ = ["materialize_pending", "create_index_entry", "drop_if_redundant"]
+__all__ = ["Landed", "reservation_landed", "materialize_pending", "create_index_entry", "drop_if_redundant"]
 
 log = logging.getLogger(__name__)
 
@@ -103,3 +107,32 @@ def drop_if_redundant(store: MetadataStore, keys: PartitionKeys, pending: Pendin
         pending.start_offset, pending.end_offset, keys.tp,
     )
     return True
+
+
+class Landed(Enum):
+    """What a lost reply to a reserve CAS turned out to mean."""
+
+    YES = "yes"
+    NO = "no"
+    UNKNOWN = "unknown"
+
+
+def reservation_landed(store: MetadataStore, keys: PartitionKeys, pending: PendingAppend,
+                       control: ControlRecord) -> Landed:
+    """Whether the reservation of ``pending``, whose reply was lost, landed
+    (SPEC 7.3 C3, unknown outcome), from ``control`` read after it. Raises
+    the store's errors (the caller answers UNKNOWN)."""
+    if control.pending is not None and control.pending.append_id == pending.append_id:
+        return Landed.YES
+    if control.sequence_counter <= pending.end_offset:
+        return Landed.NO  # had ours landed, the counter would be past our end forever
+    # Someone reserved past our end. The entry holding our end offset tells:
+    # ours (materialized by whoever took over), another append's WAL entry
+    # (so ours never landed), or a COMPACTED range (cannot tell).
+    covering = covering_entry(store, keys, pending.end_offset)
+    if covering is None or covering[1].type != EntryType.WAL:
+        return Landed.UNKNOWN
+    entry_end, entry = covering
+    ours = (entry_end == pending.end_offset and entry.data_key == pending.data_key
+            and entry.byte_offset == pending.byte_offset)
+    return Landed.YES if ours else Landed.NO

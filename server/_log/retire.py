@@ -48,7 +48,9 @@ def retire_log(meta: MetadataStore, keys: PartitionKeys, now_ms: int) -> bool:
             return True
         if control.pending is not None:
             recovery.materialize_pending(meta, keys, control.pending)
-        retired = replace(control, log_state=LogState.FENCED, pending=None,
+        # The topic's producers go with it: a batch sent to the name created
+        # again is no duplicate of one the old topic held.
+        retired = replace(control, log_state=LogState.FENCED, pending=None, producers={},
                           log_start_offset=control.sequence_counter, log_start_at_ms=now_ms)
         try:
             meta.put(keys.control, retired.encode(), keys.partition_key, expected_version=rec.version)

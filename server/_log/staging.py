@@ -15,12 +15,28 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from .._protocol.codec import encode_shared_blob
-from .._protocol.kafka_batch import ENCODING
+from .._protocol.kafka_batch import ENCODING, read_header
+from .._protocol.producer_state import ProducerBatch
 from .._protocol.records import EntryType, PendingAppend
+from .._protocol.stored_batches import StoredBatches
 from .._protocol.structs import AppendResult, SharedAppendGroup
 from .._runtime import REAL_RUNTIME, Runtime
 
-__all__ = ["StagedBlob", "build_staged"]
+__all__ = ["StagedBatch", "StagedBlob", "build_staged"]
+
+
+@dataclass(frozen=True, slots=True)
+class StagedBatch:
+    """One batch of a group that holds an idempotent one: what its commit checks
+    and, when it is appended alone or with its neighbours, what the pending
+    append of that run covers (SPEC 7.12)."""
+
+    count: int
+    byte_lo: int
+    """First byte inside the group's body."""
+    byte_hi: int
+    max_timestamp: int
+    producer: ProducerBatch | None
 
 
 @dataclass(frozen=True)
@@ -33,12 +49,16 @@ class StagedBlob:
     """Each group's pending append, offsets still 0: the commit assigns them."""
     failed: list[AppendResult] | None
     """Set when the PUT failed: every group's result, with the error."""
+    batches: tuple[tuple[StagedBatch, ...] | None, ...] = ()
+    """Per group, its batches when one of them is idempotent (else None)."""
 
 
 def build_staged(groups: Sequence[SharedAppendGroup], wal_uri: str, created_at_ms: int, *,
-                 runtime: Runtime = REAL_RUNTIME) -> tuple[bytes, tuple[PendingAppend, ...]]:
-    """The shared blob of ``groups`` and each group's pending-append template
-    (``append_id`` from ``runtime.ids``)."""
+                 runtime: Runtime = REAL_RUNTIME
+                 ) -> tuple[bytes, tuple[PendingAppend, ...], tuple[tuple[StagedBatch, ...] | None, ...]]:
+    """The shared blob of ``groups``, each group's pending-append template
+    (``append_id`` from ``runtime.ids``) and, for a group holding an idempotent
+    batch, its batches."""
     encoded = [g.encode(created_at_ms) for g in groups]
     bodies = [(g.topic, g.partition, len(e), e.data) for g, e in zip(groups, encoded)]
     blob, parts = encode_shared_blob(bodies, created_at_ms, ENCODING)
@@ -51,4 +71,17 @@ def build_staged(groups: Sequence[SharedAppendGroup], wal_uri: str, created_at_m
         )
         for e, part in zip(encoded, parts)
     )
-    return blob, templates
+    return blob, templates, tuple(staged_batches(e) for e in encoded)
+
+
+def staged_batches(batches: StoredBatches) -> tuple[StagedBatch, ...] | None:
+    """The batches of a group when one of them is idempotent, else None (the common case: one pass of unpacks)."""
+    producers = batches.producer_batches()
+    if all(p is None for p in producers):
+        return None
+    out = []
+    for i, producer in enumerate(producers):
+        lo, hi = batches.byte_starts[i], batches.byte_starts[i + 1]
+        out.append(StagedBatch(batches.record_starts[i + 1] - batches.record_starts[i], lo, hi,
+                               read_header(batches.data, lo).max_timestamp, producer))
+    return tuple(out)

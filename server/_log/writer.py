@@ -35,10 +35,9 @@ import threading
 from collections import defaultdict
 from dataclasses import replace
 from concurrent.futures import ThreadPoolExecutor
-from enum import Enum
 from typing import Mapping, Sequence
 
-from .._config import OxiaConfig, S3Config
+from .._config import OxiaConfig, ProducerStateConfig, S3Config
 from .._errors import (
     AppendFailed,
     ConcurrencyConflict,
@@ -53,7 +52,6 @@ from .._errors import (
 from .._protocol.keys import LogLayout, PartitionKeys, TopicPartition
 from .._protocol.records import (
     ControlRecord,
-    EntryType,
     LogState,
     PendingAppend,
 )
@@ -65,23 +63,15 @@ from .._storage.metastore import MetadataStore
 from .._storage.objectstore import ObjectStore
 from .._storage.stores import Closeable, Stores, use_stores
 from .._metrics import LlogMetrics
-from . import recovery
+from . import idempotence, recovery
+from .recovery import Landed
 from .initialize import initialize_log
-from .index import covering_entry
 from .own import OwnPendings
-from .staging import StagedBlob, build_staged
+from .staging import StagedBatch, StagedBlob, build_staged
 
 __all__ = ["LeaderlessLogWriter", "StagedBlob"]
 
 log = logging.getLogger(__name__)
-
-
-class _Landed(Enum):
-    """What a lost reply to a reserve CAS turned out to mean."""
-
-    YES = "yes"
-    NO = "no"
-    UNKNOWN = "unknown"
 
 
 class LeaderlessLogWriter(Closeable):
@@ -101,6 +91,7 @@ class LeaderlessLogWriter(Closeable):
         stores: Stores | None = None,
         commit_parallelism: int = 64,
         max_reference_age_ms: int = REFERENCE_DEADLINE_MS,
+        producer_state: ProducerStateConfig | None = None,
         runtime: Runtime = REAL_RUNTIME,
     ) -> None:
         if commit_parallelism < 1:
@@ -113,6 +104,8 @@ class LeaderlessLogWriter(Closeable):
         """SPEC 7.0 ``D``: a blob older than this is never referenced (vacuum may take it)."""
         self.runtime = runtime
         """The clock, ids and jitter (``server._runtime``)."""
+        self.producer_state = producer_state or ProducerStateConfig()
+        """How long and how many idempotent producers a log remembers (SPEC 7.12)."""
         self._stores = use_stores(self, stores, oxia_config, s3_config, self.metrics, metadata_store, object_store)
         self._meta, self._objects = self._stores.meta, self._stores.objects
         self._pool = ThreadPoolExecutor(commit_parallelism, thread_name_prefix="llog-commit")
@@ -128,7 +121,8 @@ class LeaderlessLogWriter(Closeable):
     def from_env(
         cls, env: Mapping[str, str] | None = None, *, metrics: LlogMetrics | None = None, **kwargs
     ) -> LeaderlessLogWriter:
-        """Build from ``LLOG_OXIA_*``, ``LLOG_ROOT_PREFIX`` and ``LLOG_S3_*``."""
+        """Build from ``LLOG_OXIA_*``, ``LLOG_ROOT_PREFIX``, ``LLOG_S3_*`` and ``LLOG_PRODUCER_*``."""
+        kwargs.setdefault("producer_state", ProducerStateConfig.from_env(env))
         return cls(OxiaConfig.from_env(env), S3Config.from_env(env), metrics=metrics, **kwargs)
 
     # -- partition management ------------------------------------------------
@@ -226,7 +220,8 @@ class LeaderlessLogWriter(Closeable):
 
         created_at_ms = self.runtime.clock.now_ms()
         object_key = self.layout.shared_wal_object(str(self.runtime.ids.uuid4()))
-        blob, templates = build_staged(groups, f"s3://{self.bucket}/{object_key}", created_at_ms, runtime=self.runtime)
+        blob, templates, batches = build_staged(groups, f"s3://{self.bucket}/{object_key}", created_at_ms,
+                                                runtime=self.runtime)
         try:
             self._objects.put(self.bucket, object_key, blob)
         except LlogError as exc:
@@ -237,7 +232,7 @@ class LeaderlessLogWriter(Closeable):
         self.metrics.inc("writer_blob_bytes_total", len(blob))
         self.metrics.observe("writer_blob_size_bytes", len(blob))
         self.metrics.observe("writer_blob_partitions", len(groups))
-        return StagedBlob(tuple(groups), templates, None)
+        return StagedBlob(tuple(groups), templates, None, batches)
 
     def commit_staged(self, staged: StagedBlob) -> list[AppendResult]:
         """The second half of :meth:`append_shared_results`: reserve offsets
@@ -246,6 +241,7 @@ class LeaderlessLogWriter(Closeable):
         if staged.failed is not None:
             return list(staged.failed)
         groups, templates = staged.groups, staged.templates
+        batches = staged.batches or (None,) * len(groups)
         # Groups of one partition commit in order on one worker; partitions in parallel.
         by_tp: dict[TopicPartition, list[int]] = defaultdict(list)
         for i, g in enumerate(groups):
@@ -255,7 +251,7 @@ class LeaderlessLogWriter(Closeable):
         def commit_tp(tp: TopicPartition, idxs: list[int]) -> None:
             with self._tp_locks[tp]:
                 for i in idxs:
-                    results[i] = self._commit_group(groups[i], templates[i])
+                    results[i] = self._commit_group(groups[i], templates[i], batches[i])
 
         if len(by_tp) == 1:
             (tp, idxs), = by_tp.items()
@@ -265,11 +261,21 @@ class LeaderlessLogWriter(Closeable):
                 f.result()
         return [r for r in results if r is not None]
 
-    def _commit_group(self, group: SharedAppendGroup, template: PendingAppend) -> AppendResult:
+    def _commit_group(self, group: SharedAppendGroup, template: PendingAppend,
+                      batches: tuple[StagedBatch, ...] | None) -> AppendResult:
         """One group's commit with its outcome as an AppendResult (never raises)."""
         tp = group.tp
+        if batches is not None:
+            return idempotence.commit_checked(self._commit, self.layout.keys(tp), group, template, batches,
+                                              self.metrics)
         try:
-            result = self._commit(self.layout.keys(tp), template)
+            keys = self.layout.keys(tp)
+            start, planned = self._commit(keys, template)
+            pending = planned.pending
+            assert pending is not None
+            end = start + pending.msg_count - 1
+            result = AppendResult(tp.topic, tp.partition, pending.msg_count, start, end, keys.index(end),
+                                  pending.data_key, pending.byte_offset, pending.byte_length)
         except LlogError as exc:
             self.metrics.inc("writer_commit_failures_total", error=type(exc).__name__)
             return AppendResult(group.topic, group.partition, len(group.payloads), error=exc)
@@ -282,8 +288,16 @@ class LeaderlessLogWriter(Closeable):
         self.metrics.inc("writer_payload_bytes_total", group.payload_bytes)
         return result
 
-    def _commit(self, keys: PartitionKeys, template: PendingAppend) -> AppendResult:
+    def _commit(self, keys: PartitionKeys, template: PendingAppend, batches: tuple[StagedBatch, ...] | None = None,
+                first: int = 0) -> tuple[int, idempotence.Plan]:
         """Reserve offsets for one group (C1-C3), then create its index entry (C4).
+
+        With ``batches`` (a group holding idempotent ones), the reservation
+        covers the run of batches ``idempotence.plan`` picks from ``first`` on,
+        and records them in their producers' state in the same write; when it
+        refuses a batch, that is decided on a control record read during this
+        call. Returns the first offset reserved and the plan (whose
+        ``pending`` is None when every batch was answered without appending).
 
         Every error raised here is definite (nothing of the group is in the
         log) except :class:`OutcomeUnknown`. Once the reservation is known to
@@ -293,9 +307,11 @@ class LeaderlessLogWriter(Closeable):
         tp = keys.tp
         backoff = Backoff(runtime=self.runtime)
         state = self._cached(tp)
+        fresh = False
         while True:
             if state is None:
                 state = self._read_control(keys)
+                fresh = True
             control, version = state
             if control.pending is not None:
                 if not self._own.is_materialized(tp, control.pending):
@@ -312,10 +328,18 @@ class LeaderlessLogWriter(Closeable):
                     "partition is FENCED: appends are refused until it is unfenced",
                     topic=tp.topic, partition=tp.partition,
                 )
+            plan = idempotence.plan(control, template, batches, first, self.runtime.clock.now_ms(),
+                                    self.producer_state, self._new_append_id)
+            if plan.refuses and not fresh:
+                state = None  # refuse only on what Oxia holds now, not on a cached copy
+                continue
+            if plan.pending is None:
+                return control.sequence_counter, plan  # nothing to append: every batch answered
             start = control.sequence_counter
-            end = start + template.msg_count - 1
-            pending = PendingAppend(**{**template.__dict__, "start_offset": start, "end_offset": end})
-            reserved = replace(control, log_state=LogState.OPEN, sequence_counter=end + 1, pending=pending)
+            end = start + plan.pending.msg_count - 1
+            pending = replace(plan.pending, start_offset=start, end_offset=end)
+            reserved = replace(control, log_state=LogState.OPEN, sequence_counter=end + 1, pending=pending,
+                               producers=plan.producers)
             try:
                 reserved_version: int | None = self._meta.put(
                     keys.control, reserved.encode(), keys.partition_key, expected_version=version
@@ -328,7 +352,7 @@ class LeaderlessLogWriter(Closeable):
             except MetadataStoreError as exc:
                 # The CAS may have landed even though we got no answer.
                 landed, reserved_version = self._resolve_ambiguous(keys, pending)
-                if landed is _Landed.UNKNOWN:
+                if landed is Landed.UNKNOWN:
                     self.metrics.inc("writer_outcome_unknown_total")
                     raise OutcomeUnknown(
                         f"the reply to the offset reservation {start}..{end} was lost and meta/control "
@@ -336,7 +360,7 @@ class LeaderlessLogWriter(Closeable):
                         "or may not be in the log",
                         topic=tp.topic, partition=tp.partition,
                     ) from exc
-                if landed is _Landed.NO:
+                if landed is Landed.NO:
                     state = None
                     backoff = self._backoff_or_raise(backoff, keys, "reserve offsets")
                     continue
@@ -347,17 +371,7 @@ class LeaderlessLogWriter(Closeable):
         # that one, so its C4 was no late materialization (SPEC 7.3 C3).
         self._own.drop(tp)
         self._finish(keys, reserved, reserved_version)
-        return AppendResult(
-            topic=tp.topic,
-            partition=tp.partition,
-            count=pending.msg_count,
-            start_offset=start,
-            end_offset=end,
-            index_key=keys.index(end),
-            wal_uri=pending.data_key,
-            byte_offset=pending.byte_offset,
-            byte_length=pending.byte_length,
-        )
+        return start, plan
 
     def _finish(self, keys: PartitionKeys, reserved: ControlRecord, reserved_version: int | None) -> None:
         """C4 for a committed reservation. A failure here never fails the
@@ -381,38 +395,25 @@ class LeaderlessLogWriter(Closeable):
         self._own.remember(keys.tp, pending, created)
         self._remember(keys.tp, reserved, reserved_version)
 
-    def _resolve_ambiguous(self, keys: PartitionKeys, pending: PendingAppend) -> tuple[_Landed, int | None]:
+    def _resolve_ambiguous(self, keys: PartitionKeys, pending: PendingAppend) -> tuple[Landed, int | None]:
         """After a lost reply to our reserve CAS, decide whether it landed
-        (SPEC 7.3 C3, unknown outcome). When it did, also the control version
-        still holding our pending (None: a later writer took over and
-        materialized it)."""
+        (``recovery.reservation_landed``); when it did, also the control
+        version still holding our pending (None: a later writer took over)."""
         self._forget(keys.tp)
         try:
             # Not settled against our previous pending: our own reservation
             # may be what replaced it. The retry's fresh read settles it.
             control, version = self._read_control(keys, settle=False)
-            if control.pending is not None and control.pending.append_id == pending.append_id:
-                return _Landed.YES, version
-            if control.sequence_counter <= pending.end_offset:
-                # Had ours landed, the counter would be past our end forever.
-                return _Landed.NO, None
-            # Someone reserved past our end. The entry holding our end offset
-            # tells: ours (materialized by whoever took over), another append's
-            # WAL entry (so ours never landed), or a COMPACTED range (cannot tell).
-            covering = covering_entry(self._meta, keys, pending.end_offset)
+            landed = recovery.reservation_landed(self._meta, keys, pending, control)
         except LlogError:
-            return _Landed.UNKNOWN, None
-        if covering is None or covering[1].type != EntryType.WAL:
-            return _Landed.UNKNOWN, None
-        entry_end, entry = covering
-        ours = (
-            entry_end == pending.end_offset
-            and entry.data_key == pending.data_key
-            and entry.byte_offset == pending.byte_offset
-        )
-        return (_Landed.YES, None) if ours else (_Landed.NO, None)
+            return Landed.UNKNOWN, None
+        own = control.pending is not None and control.pending.append_id == pending.append_id
+        return landed, version if own else None
 
     # -- helpers ---------------------------------------------------------------
+    def _new_append_id(self) -> str:
+        return str(self.runtime.ids.uuid4())
+
     def _read_control(self, keys: PartitionKeys, *, settle: bool = True) -> tuple[ControlRecord, int]:
         rec = self._meta.get(keys.control, keys.partition_key)
         if rec is None:

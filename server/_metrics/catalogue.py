@@ -91,6 +91,8 @@ _WRITER = (
     _c("writer_commit_failures_total", "Partition commits that failed, by error type", "error"),
     _c("writer_finish_failures_total", "Index creates that failed after a landed reservation"),
     _c("writer_outcome_unknown_total", "Partition batches whose outcome could not be decided (OutcomeUnknown)"),
+    _c("writer_duplicate_batches_total", "Idempotent batches the log held already, answered without storing them"),
+    _c("writer_refused_batches_total", "Idempotent batches refused by their producer's state, by error type", "error"),
     _c("writer_partitions_initialized_total", "Partitions this process initialized"),
     _c("writer_pending_recovered_total", "Other writers' pending appends this writer materialized"),
     _c("writer_redundant_entries_dropped_total", "Own index entries deleted because a compaction covered them"),

@@ -32,7 +32,8 @@ from .._errors import InvalidRequest, LlogError
 from .kafka_batch import Record, TimestampType
 from .keys import validate_topic
 from .outcomes import error_code, error_type_of
-from .structs import AppendResult, SharedAppendGroup
+from .producer_state import MAX_EPOCH
+from .structs import AppendResult, ProducerSequence, SharedAppendGroup
 from .record_spans import RecordSpan
 
 __all__ = [
@@ -321,12 +322,33 @@ def parse_produce(doc: Mapping[str, Any], *, max_records: int) -> ProduceRequest
             )
         payloads = [decode_record(r, f"{field}[{j}]") for j, r in enumerate(records)]
         nbytes += sum(len(p) if isinstance(p, bytes) else len(p.value or b"") + len(p.key or b"") for p in payloads)
-        groups.append(SharedAppendGroup(topic, partition, payloads))
+        groups.append(SharedAppendGroup(topic, partition, payloads, producer=_producer_fields(item, where)))
     return ProduceRequest(tuple(groups), total, nbytes, flush)
 
 
+_PRODUCER_FIELDS = (("producer_id", MAX_INT64), ("producer_epoch", MAX_EPOCH), ("base_sequence", MAX_INT32))
+
+
+def _producer_fields(item: Mapping[str, Any], where: str) -> ProducerSequence | None:
+    """An item's idempotence fields (SPEC 7.12): all three, or none."""
+    given = [name for name, _ in _PRODUCER_FIELDS if name in item]
+    if not given:
+        return None
+    if len(given) < len(_PRODUCER_FIELDS):
+        missing = next(name for name, _ in _PRODUCER_FIELDS if name not in item)
+        raise InvalidField(f"{where}.{missing} is required with {where}.{given[0]} (an idempotent batch carries "
+                           "producer_id, producer_epoch and base_sequence)", f"{where}.{missing}")
+    values = [_int_field(item, name, where, minimum=0, maximum=top) for name, top in _PRODUCER_FIELDS]
+    return ProducerSequence(*values)
+
+
 def append_result_json(res: AppendResult) -> dict[str, Any]:
-    """One ``results[]`` item of the produce response."""
+    """One ``results[]`` item of the produce response; an idempotent batch the
+    log held already has ``duplicate: true`` with the offsets it got the first
+    time (null when too old to be remembered)."""
+    if res.error is None and res.duplicate:
+        return {"topic": res.topic, "partition": res.partition, "ok": True, "duplicate": True,
+                "start_offset": res.start_offset, "end_offset": res.end_offset, "count": res.count}
     if res.error is None:
         return {
             "topic": res.topic,

@@ -82,6 +82,7 @@ __all__ = [
     "crc32c",
     "build_batch",
     "build_values_batch",
+    "with_producer",
     "with_log_append_time",
     "read_header",
     "check_batch",
@@ -238,12 +239,14 @@ def build_batch(
     )
 
 
-def build_values_batch(values: Sequence[bytes], timestamp_ms: int) -> bytes:
+def build_values_batch(values: Sequence[bytes], timestamp_ms: int, *, producer_id: int = -1,
+                       producer_epoch: int = -1, base_sequence: int = -1) -> bytes:
     """One uncompressed batch of value-only records (null key, no headers), all at
     ``timestamp_ms``: the fast path for a plain list of payloads."""
     if not values:
         raise ValueError("a batch holds at least one record")
-    return _assemble(value_parts(values), len(values), timestamp_ms, timestamp_ms)
+    return _assemble(value_parts(values), len(values), timestamp_ms, timestamp_ms, producer_id=producer_id,
+                     producer_epoch=producer_epoch, base_sequence=base_sequence)
 
 
 def with_log_append_time(batch: bytes | memoryview, now_ms: int) -> bytes:
@@ -253,6 +256,15 @@ def with_log_append_time(batch: bytes | memoryview, now_ms: int) -> bytes:
     attributes = struct.unpack_from(">h", out, 21)[0] | _TIMESTAMP_TYPE_BIT
     struct.pack_into(">h", out, 21, attributes)
     struct.pack_into(">q", out, 35, now_ms)
+    struct.pack_into(">I", out, 17, crc32c(memoryview(out)[_CRC_START:]))
+    return bytes(out)
+
+
+def with_producer(batch: bytes | memoryview, producer_id: int, producer_epoch: int, base_sequence: int) -> bytes:
+    """The batch carrying an idempotent producer's fields (SPEC 7.12), CRC recomputed:
+    one batch built once can be sent under many sequences."""
+    out = bytearray(batch)
+    struct.pack_into(">qhi", out, 43, producer_id, producer_epoch, base_sequence)
     struct.pack_into(">I", out, 17, crc32c(memoryview(out)[_CRC_START:]))
     return bytes(out)
 

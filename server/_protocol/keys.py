@@ -8,6 +8,9 @@ Every key of one log lives under a root prefix (``LLOG_ROOT_PREFIX``, default
     {root}/{topic}/partitions/{partition}/meta/compaction
     {root}/{topic}/partitions/{partition}/meta/compactor-claim
     {root}/{topic}/partitions/{partition}/index/{end_offset:020d}
+    {root}/__llog/topics/{topic}
+    {root}/__llog/producer-ids                       the next producer id
+    {root}/__llog/producers/{quoted name}            a named producer's id and epoch
 
     S3: {root}/wal-shared/{uuid}
         {root}/{topic}/partitions/{partition}/data/compacted/{uuid}
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from urllib.parse import quote
 from functools import cached_property
 
 from .._errors import ConfigError, InvalidRequest
@@ -37,6 +41,8 @@ from .._errors import ConfigError, InvalidRequest
 __all__ = [
     "RESERVED_SEGMENT",
     "TOPICS_PARTITION_KEY",
+    "PRODUCERS_PARTITION_KEY",
+    "validate_producer_name",
     "OFFSET_DIGITS",
     "TopicPartition",
     "PartitionKeys",
@@ -55,6 +61,9 @@ RESERVED_SEGMENT = "__llog"
 """Not a topic name: ``{root}/__llog/`` holds llog's own records (the topic catalogue)."""
 TOPICS_PARTITION_KEY = "__llog/topics"
 """Every topic record on one shard, so the catalogue lists in one range scan."""
+PRODUCERS_PARTITION_KEY = "__llog/producers"
+"""The producer id counter and the named producers, on one shard."""
+MAX_PRODUCER_NAME_LENGTH = 249
 _TOPIC_RE = re.compile(r"[A-Za-z0-9._-]{1,249}")
 _SEGMENT_RE = re.compile(r"[A-Za-z0-9._-]+")
 # Oxia keeps its own records under __oxia/; a root there would collide.
@@ -71,6 +80,16 @@ def validate_topic(topic: object) -> str:
             f"A-Z a-z 0-9 . _ - (not '.', '..' or {RESERVED_SEGMENT!r})"
         )
     return topic
+
+
+def validate_producer_name(name: object) -> str:
+    """Return ``name`` if it can name a producer (Kafka's ``transactional.id``):
+    1-249 characters, none of them a control character."""
+    if not isinstance(name, str):
+        raise InvalidRequest(f"producer name must be a string, got {type(name).__name__}")
+    if not 1 <= len(name) <= MAX_PRODUCER_NAME_LENGTH or any(ord(c) < 32 or ord(c) == 127 for c in name):
+        raise InvalidRequest(f"invalid producer name {name!r}: use 1-{MAX_PRODUCER_NAME_LENGTH} printable characters")
+    return name
 
 
 def validate_partition(partition: object, topic: str | None = None) -> int:
@@ -248,6 +267,14 @@ class LogLayout:
             return validate_topic(name)
         except InvalidRequest:
             return None
+
+    @property
+    def producer_ids_key(self) -> str:
+        return f"{self.root}/{RESERVED_SEGMENT}/producer-ids"
+
+    def producer_name_key(self, name: str) -> str:
+        """A named producer's record; the name is percent-quoted, so it is one segment."""
+        return f"{self.root}/{RESERVED_SEGMENT}/producers/{quote(validate_producer_name(name), safe='')}"
 
     def shared_wal_object(self, blob_id: str) -> str:
         return f"{self.root}/wal-shared/{blob_id}"

@@ -61,7 +61,9 @@ from .._errors import (
     ObjectStoreError,
     OffsetOutOfRange,
     OutcomeUnknown,
+    OutOfOrderSequence,
     PartitionFenced,
+    ProducerFenced,
     PartitionNotInitialized,
     ProducerClosed,
     StorageError,
@@ -211,6 +213,11 @@ _ITEMS = (
     _error(OffsetOutOfRange, "consume: `fetch_offset` below the log start (1 until retention moves it; the answer's `log_start_offset`)",
            error_code="OFFSET_OUT_OF_RANGE"),
     _error(PartitionFenced, "produce: the partition is FENCED; appends are refused"),
+    _error(OutOfOrderSequence, "produce: an idempotent batch's `base_sequence` is not the next its producer's "
+           "state in the partition expects (a gap, or a new epoch not at 0); nothing of it was stored; resend "
+           "after the earlier batches are acknowledged"),
+    _error(ProducerFenced, "produce: an idempotent batch's `producer_epoch` is older than the partition's: a "
+           "newer instance initialized the producer; nothing was stored"),
     _error(ConcurrencyConflict, "produce: compare-and-set retries ran out on a contended key"),
     _error(CorruptBatch, "stored bytes failed their checks", error_code="CORRUPT_MESSAGE"),
     _error(InconsistentReadState, "the index has a gap or an overlap (a bug or damage)",
@@ -322,7 +329,8 @@ def item_outcome(item: object) -> Outcome:
     :data:`PROTOCOL_ERROR` when it is neither."""
     if not isinstance(item, Mapping):
         return PROTOCOL_ERROR
-    if item.get("ok") is True and all(_is_int(item.get(k)) for k in ("start_offset", "end_offset")):
+    if item.get("ok") is True and (all(_is_int(item.get(k)) for k in ("start_offset", "end_offset"))
+                                   or item.get("duplicate") is True):  # a duplicate too old to have offsets
         return SUCCESS
     error_type = item.get("error_type")
     if item.get("ok") is not False or not isinstance(error_type, str) or not error_type:

@@ -20,6 +20,7 @@ from typing import Sequence
 from .._errors import CorruptBatch
 from .codec import BATCH_ENCODING, EncodedRecords, decode_batch
 from .kafka_records import RecordColumns, TimestampType
+from .producer_state import ProducerBatch, producer_batch_of
 from .kafka_batch import (
     ENCODING,
     BatchHeader,
@@ -76,14 +77,22 @@ class StoredBatches(Sequence[Record]):
         return cls(data, byte_starts, record_starts, max_ts)
 
     @classmethod
-    def of_values(cls, values: Sequence[bytes], timestamp_ms: int) -> StoredBatches:
-        """Value-only records (null key, no headers) stamped ``timestamp_ms``."""
+    def of_values(cls, values: Sequence[bytes], timestamp_ms: int,
+                  producer: ProducerBatch | None = None) -> StoredBatches:
+        """Value-only records (null key, no headers) stamped ``timestamp_ms``;
+        with ``producer``, one batch carrying its id, epoch and first sequence."""
+        if producer is not None:
+            return cls._built([build_values_batch(values, timestamp_ms, **_producer_fields(producer, len(values)))])
         return cls._built([build_values_batch(values[i:i + MAX_BATCH_RECORDS], timestamp_ms)
                            for i in range(0, len(values), MAX_BATCH_RECORDS)])
 
     @classmethod
-    def of_records(cls, records: Sequence[Record], now_ms: int) -> StoredBatches:
-        """Records as built by a producer; one without a timestamp gets ``now_ms``."""
+    def of_records(cls, records: Sequence[Record], now_ms: int,
+                   producer: ProducerBatch | None = None) -> StoredBatches:
+        """Records as built by a producer; one without a timestamp gets ``now_ms``;
+        with ``producer``, one batch carrying its id, epoch and first sequence."""
+        if producer is not None:
+            return cls._built([build_batch(records, now_ms=now_ms, **_producer_fields(producer, len(records)))])
         return cls._built([build_batch(records[i:i + MAX_BATCH_RECORDS], now_ms=now_ms)
                            for i in range(0, len(records), MAX_BATCH_RECORDS)])
 
@@ -167,19 +176,32 @@ class StoredBatches(Sequence[Record]):
     def values(self) -> list[bytes | None]:
         return [r.value for r in self.all_records()]
 
+    def producer_batches(self) -> list[ProducerBatch | None]:
+        """Each batch's idempotence fields (None: the batch has no producer id)."""
+        return [producer_batch_of(self.data, self.byte_starts[i]) for i in range(self.batch_count)]
+
     def __repr__(self) -> str:
         return f"StoredBatches({len(self)} records in {self.batch_count} batches, {self.nbytes} bytes)"
 
 
-def of_payloads(payloads: Sequence[bytes | Record] | EncodedRecords, now_ms: int) -> StoredBatches:
+def _producer_fields(producer: ProducerBatch, count: int) -> dict[str, int]:
+    if count > MAX_BATCH_RECORDS:
+        raise ValueError(f"an idempotent batch holds at most {MAX_BATCH_RECORDS} records, not {count}")
+    return {"producer_id": producer.producer_id, "producer_epoch": producer.epoch,
+            "base_sequence": producer.first_seq}
+
+
+def of_payloads(payloads: Sequence[bytes | Record] | EncodedRecords, now_ms: int,
+                producer: ProducerBatch | None = None) -> StoredBatches:
     """A group's payloads as stored batches (:class:`SharedAppendGroup`'s encoding)."""
     if isinstance(payloads, StoredBatches):
         return payloads
     if isinstance(payloads, EncodedRecords):
-        return StoredBatches.of_values(list(payloads), now_ms)
+        return StoredBatches.of_values(list(payloads), now_ms, producer)
     if any(isinstance(p, Record) for p in payloads):
-        return StoredBatches.of_records([p if isinstance(p, Record) else Record(p) for p in payloads], now_ms)
-    return StoredBatches.of_values(payloads, now_ms)  # type: ignore[arg-type]
+        return StoredBatches.of_records([p if isinstance(p, Record) else Record(p) for p in payloads], now_ms,
+                                        producer)
+    return StoredBatches.of_values(payloads, now_ms, producer)  # type: ignore[arg-type]
 
 
 def decode_stored(data: bytes | memoryview, encoding: str, expected_count: int | None,

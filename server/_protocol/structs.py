@@ -9,9 +9,13 @@ from .._errors import InvalidRequest, LlogError
 from .codec import EncodedRecords
 from .kafka_batch import Record, TimestampType
 from .keys import TopicPartition, validate_partition, validate_topic
-from .stored_batches import StoredBatches, of_payloads
+from .producer_state import MAX_EPOCH, SEQUENCE_MODULUS, ProducerBatch
+from .stored_batches import MAX_BATCH_RECORDS, StoredBatches, of_payloads
 
-__all__ = ["SharedAppendGroup", "AppendResult", "ReadRecord", "normalize_payloads", "validate_groups"]
+__all__ = [
+    "ProducerSequence", "SharedAppendGroup", "AppendResult", "BatchOutcome", "ReadRecord", "normalize_payloads",
+    "validate_groups",
+]
 
 
 def normalize_payloads(payloads: object, topic: str, partition: int) -> Sequence[bytes | Record]:
@@ -47,6 +51,34 @@ def normalize_payloads(payloads: object, topic: str, partition: int) -> Sequence
 
 
 @dataclass(frozen=True)
+class ProducerSequence:
+    """An idempotent batch's identity (Kafka's ``producerId``, ``producerEpoch``,
+    ``baseSequence``): the producer id and epoch from ``InitProducerId``
+    (:class:`~server._log.producer_ids.ProducerIds`) and the sequence of the
+    batch's first record, counted per partition from 0."""
+
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+
+    def __post_init__(self) -> None:
+        for name, value, top in (("producer_id", self.producer_id, 1 << 63),
+                                 ("producer_epoch", self.producer_epoch, MAX_EPOCH + 1),
+                                 ("base_sequence", self.base_sequence, SEQUENCE_MODULUS)):
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < top:
+                raise InvalidRequest(f"{name} must be an integer in 0..{top - 1}, got {value!r}")
+
+
+def _check_encoded_producers(batches: StoredBatches, topic: str, partition: int) -> None:
+    """A client's idempotent batches carry a valid epoch and sequence."""
+    for b in batches.producer_batches():
+        if b is not None and (b.producer_id < 0 or not 0 <= b.epoch <= MAX_EPOCH or b.first_seq < 0):
+            raise InvalidRequest(f"batch header: producerId {b.producer_id}, producerEpoch {b.epoch}, baseSequence "
+                                 f"{b.first_seq} is not a valid idempotent producer's", topic=topic,
+                                 partition=partition)
+
+
+@dataclass(frozen=True)
 class SharedAppendGroup:
     """Records to append to one topic-partition as one batch.
 
@@ -60,11 +92,33 @@ class SharedAppendGroup:
     topic: str
     partition: int
     payloads: Sequence[bytes | Record] = field(default=())
+    producer: ProducerSequence | None = None
+    """Makes the group one idempotent batch (SPEC 7.12): stored once however often
+    it is sent. Encoded payloads carry it in their batch header instead."""
 
     def __post_init__(self) -> None:
         validate_topic(self.topic)
         validate_partition(self.partition, self.topic)
-        object.__setattr__(self, "payloads", normalize_payloads(self.payloads, self.topic, self.partition))
+        payloads = normalize_payloads(self.payloads, self.topic, self.partition)
+        object.__setattr__(self, "payloads", payloads)
+        if isinstance(payloads, StoredBatches):
+            if self.producer is not None:
+                raise InvalidRequest("encoded batches carry their producer fields in their header; "
+                                     "give no producer", topic=self.topic, partition=self.partition)
+            _check_encoded_producers(payloads, self.topic, self.partition)
+        elif self.producer is not None:
+            if not isinstance(self.producer, ProducerSequence):
+                raise InvalidRequest(f"producer must be a ProducerSequence, got {type(self.producer).__name__}",
+                                     topic=self.topic, partition=self.partition)
+            if len(payloads) > MAX_BATCH_RECORDS:
+                raise InvalidRequest(f"an idempotent group holds at most {MAX_BATCH_RECORDS} records",
+                                     topic=self.topic, partition=self.partition)
+
+    @property
+    def producer_batch(self) -> ProducerBatch | None:
+        """The idempotence fields of the group's batch (None: not idempotent)."""
+        p = self.producer
+        return None if p is None else ProducerBatch(p.producer_id, p.producer_epoch, p.base_sequence, self.count)
 
     @property
     def tp(self) -> TopicPartition:
@@ -87,7 +141,7 @@ class SharedAppendGroup:
     def encode(self, now_ms: int) -> StoredBatches:
         """The group as stored batches; records without a timestamp get ``now_ms``
         (an encoded group is returned as it is)."""
-        return of_payloads(self.payloads, now_ms)
+        return of_payloads(self.payloads, now_ms, self.producer_batch)
 
 
 def validate_groups(groups: Sequence[SharedAppendGroup], what: str) -> list[SharedAppendGroup]:
@@ -124,6 +178,12 @@ class AppendResult:
     byte_offset: int | None = None
     byte_length: int | None = None
     error: LlogError | None = None
+    duplicate: bool = False
+    """An idempotent batch the log held already (SPEC 7.12): nothing was stored;
+    the offsets are those it got the first time, None when too old to be remembered."""
+    batches: tuple[BatchOutcome, ...] | None = None
+    """One outcome per stored batch of the group, when a batch of it is idempotent:
+    such a batch may be a duplicate or refused while the others are appended."""
 
     @property
     def ok(self) -> bool:
@@ -133,6 +193,19 @@ class AppendResult:
         if self.error is not None:
             raise self.error
         return self
+
+
+@dataclass(frozen=True)
+class BatchOutcome:
+    """What became of one batch of a group (:attr:`AppendResult.batches`)."""
+
+    start_offset: int | None
+    end_offset: int | None
+    duplicate: bool = False
+    error: LlogError | None = None
+    index_key: str | None = None
+    """The index entry of the run that appended it (None unless appended now)."""
+    wal_uri: str | None = None
 
 
 @dataclass(frozen=True)

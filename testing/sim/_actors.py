@@ -12,7 +12,7 @@ in the history.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 from server._catalogue.topic_config import TopicConfig
@@ -24,17 +24,20 @@ from server._errors import (
     ObjectNotFound,
     ObjectStoreError,
     OffsetOutOfRange,
+    OutOfOrderSequence,
     PartitionNotInitialized,
+    ProducerFenced,
 )
 from server._protocol.constants import REFERENCE_DEADLINE_MS
-from server._protocol.structs import SharedAppendGroup
+from server._protocol.structs import ProducerSequence, SharedAppendGroup
 
 from ._clock import SimClock
 from ..history import Outcome
 from ._history import History
 from ._scheduler import Scheduler, SimCrash
 
-__all__ = ["World", "writer", "compactor", "fencer", "vacuum", "reader", "retainer", "topic_deleter"]
+__all__ = ["World", "writer", "idempotent_writer", "compactor", "fencer", "vacuum", "reader", "retainer",
+           "topic_deleter"]
 
 TP = tuple[str, int]
 JUMP_MARGIN_MS = 5_000
@@ -61,6 +64,10 @@ class World:
     """Retire a log (a deleted topic, SPEC 7.11); True once its cursor is at its start."""
     revive: Callable[[TP], bool] | None = None
     """Revive a retired log (the topic's name created again)."""
+    new_producer_ids: Callable[[], object] | None = None
+    """A fresh ``ProducerIds`` over the scheduling stores."""
+    retirements: dict[TP, int] = field(default_factory=dict)
+    """Times each log was retired (its producers forgotten, SPEC 7.11)."""
 
     def nap(self, seconds: float) -> None:
         """Idle a while; a crash while idle is only a restart."""
@@ -151,6 +158,151 @@ def writer(world: World, name: str, rng: random.Random, tps: list[TP], appends: 
             world.nap(rng.uniform(0.001, 0.05))
     if rng.random() < 0.5:
         _close(w)
+
+
+def _init_producer(world: World, name: str, h: History):
+    """The named producer's next epoch (InitProducerId), retried through crashes and store faults."""
+    for _ in range(30):
+        try:
+            return world.new_producer_ids().init(name)  # type: ignore[misc]
+        except SimCrash:
+            pass
+        except LlogError as exc:
+            if not _expected(exc, MetadataStoreError, ConcurrencyConflict):
+                h.violations.append(f"{name}: init producer raised {exc!r}")
+                return None
+        world.nap(0.01)
+    return None
+
+
+def idempotent_writer(world: World, name: str, rng: random.Random, tps: list[TP], appends: int) -> None:
+    """An idempotent producer (SPEC 7.12): each batch carries its producer id,
+    epoch and sequence, and is sent until its outcome is decided -- again
+    after an unknown outcome or a crash, sometimes through another writer
+    (another broker, with a stale cache). Every batch must be stored once:
+    answered appended, or a duplicate with the offsets it got the first time;
+    an out-of-order or fenced answer is a violation unless an earlier batch
+    of the same call to that log was not appended. Now and then the producer
+    re-initializes (a new epoch, sequences from 0); once the new epoch has
+    written to a log, the old instance sends one more batch there, which
+    must be refused as fenced and never stored (unless the log was retired
+    since: a deleted topic forgets its producers, SPEC 7.11)."""
+    h = world.history
+    ident = _init_producer(world, name, h)
+    if ident is None:
+        return
+    retired = dict(world.retirements)  # as the epoch began: a retired log forgets its producers
+    w = world.new_writer()
+    seq = {tp: 0 for tp in tps}
+    zombie = None  # (the previous identity, its next sequences) until the new epoch writes
+    for _ in range(appends):
+        k = 2 if len(tps) > 1 and rng.random() < 0.35 else 1
+        plan: list[tuple[TP, int, tuple[bytes, ...]]] = []
+        for tp in rng.sample(tps, k):
+            for _ in range(2 if rng.random() < 0.25 else 1):  # two batches of one producer in one flush
+                first = seq[tp] + sum(len(p) for t, _, p in plan if t == tp)
+                plan.append((tp, first, tuple(f"{name}-e{ident.producer_epoch}-{tp[1]}-{first + i}".encode()
+                                              for i in range(rng.randint(1, 3)))))
+        verdict = _send_until_decided(world, name, rng, h, w, ident, plan, retired)
+        if verdict == "stuck":
+            return  # an outcome that stays unknown: a later sequence could not follow it
+        if verdict == "forgotten":  # the topic was deleted and created again: start a new epoch
+            ident, zombie = _init_producer(world, name, h), None
+            if ident is None:
+                return
+            retired, seq = dict(world.retirements), {tp: 0 for tp in tps}
+            continue
+        for tp, first, payloads in plan:
+            seq[tp] = max(seq[tp], first + len(payloads))
+        if zombie is not None:
+            tp = plan[0][0]
+            _zombie(world, name, h, world.new_writer(), zombie[0], tp, zombie[1][tp], zombie[2].get(tp, 0))
+            zombie = None
+        if rng.random() < 0.3:
+            w = world.new_writer()  # the next request goes to another broker
+        if rng.random() < 0.12:
+            old, ident = ident, _init_producer(world, name, h)
+            if ident is None:
+                return
+            if rng.random() < 0.6:
+                zombie = (old, dict(seq), dict(world.retirements))
+            retired, seq = dict(world.retirements), {tp: 0 for tp in tps}
+        if rng.random() < 0.3:
+            world.nap(rng.uniform(0.001, 0.05))
+
+
+def _send_until_decided(world: World, name: str, rng: random.Random, h: History, w, ident,
+                        plan: list[tuple[TP, int, tuple[bytes, ...]]], retired: dict[TP, int]) -> str:
+    """Send the batches until each is acknowledged: ``done``; ``stuck`` when
+    one stays unknown (or a violation ended it); ``forgotten`` when a log
+    refused one after it was retired since the epoch began."""
+    todo = list(plan)
+    for _attempt in range(40):
+        groups = [SharedAppendGroup(tp[0], tp[1], list(p), producer=ProducerSequence(
+            ident.producer_id, ident.producer_epoch, first)) for tp, first, p in todo]
+        attempts = [h.begin(name, tp, p, idempotent=True) for tp, _, p in todo]
+        h.references_in_flight[name] = world.clock.elapsed_ms
+        try:
+            results = w.append_shared_results(groups)
+        except SimCrash:
+            for a in attempts:
+                h.crashed(a)
+            w = world.new_writer()
+            world.nap(rng.uniform(0.001, 0.2))
+            continue
+        except LlogError as exc:
+            h.violations.append(f"{name}: append_shared_results raised {exc!r}")
+            return "stuck"
+        finally:
+            h.references_in_flight.pop(name, None)
+        left, blocked = [], set()
+        for item, a, r in zip(todo, attempts, results):
+            tp = item[0]
+            if r.error is None and r.start_offset is not None:
+                h.acknowledge(a, r.start_offset, r.end_offset)
+                h.duplicates_answered += r.duplicate
+                continue
+            if r.error is None:
+                h.undecided(a, "answered as a duplicate too old to have offsets")
+                h.violations.append(f"{name}: batch {a.batch_id}, the producer's latest, was answered as a "
+                                    "duplicate too old to have offsets")
+                return "stuck"
+            h.fail(a, r.error)
+            if isinstance(r.error, (ProducerFenced, OutOfOrderSequence)) and tp not in blocked:
+                if world.retirements.get(tp, 0) != retired.get(tp, 0):
+                    return "forgotten"
+                h.violations.append(f"{name}: batch {a.batch_id} (sequence {item[1]}) refused: {r.error!r}")
+                return "stuck"
+            blocked.add(tp)  # the batches after it in this call follow a batch not appended
+            left.append(item)
+        if not left:
+            return "done"
+        todo = left
+        if rng.random() < 0.5:
+            w = world.new_writer()
+        world.nap(rng.uniform(0.001, 0.05))
+    return "stuck"
+
+
+def _zombie(world: World, name: str, h: History, w, old, tp: TP, next_seq: int, retired_before: int) -> None:
+    """The producer's previous instance sends its next batch to a log the new one wrote to."""
+    payloads = (f"{name}-zombie-e{old.producer_epoch}-{tp[1]}-{next_seq}".encode(),)
+    a = h.begin(name, tp, payloads, idempotent=True)
+    try:
+        (r,) = w.append_shared_results([SharedAppendGroup(tp[0], tp[1], list(payloads), producer=ProducerSequence(
+            old.producer_id, old.producer_epoch, next_seq))])
+    except SimCrash:
+        h.crashed(a)
+        return
+    if r.error is None:
+        h.acknowledge(a, r.start_offset, r.end_offset)
+        if world.retirements.get(tp, 0) == retired_before:
+            h.violations.append(f"{name}: a batch of superseded epoch {old.producer_epoch} was appended at "
+                                f"{r.start_offset} after the new epoch wrote to {tp[0]}:{tp[1]}")
+        return
+    h.fail(a, r.error)
+    if isinstance(r.error, ProducerFenced):
+        h.fenced_zombies += 1
 
 
 def _close(w) -> None:
@@ -255,6 +407,11 @@ def topic_deleter(world: World, name: str, rng: random.Random, cycles: int) -> N
         tp = rng.choice(world.tps)
         for op in (world.retire, world.revive):
             for _attempt in range(20):
+                # A retirement is counted as it starts and again as it ends (also by a crash):
+                # a producer whose epoch began while one ran sees the count move.
+                retiring = op is world.retire
+                if retiring:
+                    world.retirements[tp] = world.retirements.get(tp, 0) + 1
                 try:
                     if op(tp):  # type: ignore[misc]
                         break  # retired with its cursor at its start / open again
@@ -264,6 +421,9 @@ def topic_deleter(world: World, name: str, rng: random.Random, cycles: int) -> N
                     if not _expected(exc, MetadataStoreError):
                         h.violations.append(f"{name}: {op.__name__}{tp} raised {type(exc).__name__}: {exc}")
                         break
+                finally:
+                    if retiring:
+                        world.retirements[tp] += 1
                 world.nap(rng.uniform(0.001, 0.02))
             world.nap(rng.uniform(0.005, 0.05))
         h.topic_deletions += 1

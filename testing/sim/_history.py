@@ -37,6 +37,7 @@ class Attempt:
     detail: str = ""
     """The error of an attempt that was not acknowledged."""
     retry_of: str | None = None
+    idempotent: bool = False
 
     @property
     def when(self) -> str:
@@ -62,11 +63,16 @@ class History:
     retention_passes: int = 0
     retention_advances: int = 0
     topic_deletions: int = 0
+    duplicates_answered: int = 0
+    """Idempotent attempts answered as duplicates of an earlier one."""
+    fenced_zombies: int = 0
+    """Batches of a superseded producer epoch refused as fenced."""
 
-    def begin(self, actor: str, tp: TP, payloads: tuple[bytes, ...]) -> Attempt:
+    def begin(self, actor: str, tp: TP, payloads: tuple[bytes, ...], idempotent: bool = False) -> Attempt:
         earlier = self.sent.get((tp, payloads[0])) if payloads else None
         retry_of = earlier[0].batch_id if earlier and earlier[0].payloads == payloads else None
-        attempt = Attempt(f"{actor}#{len(self.attempts)}", actor, tp, payloads, retry_of=retry_of)
+        attempt = Attempt(f"{actor}#{len(self.attempts)}", actor, tp, payloads, retry_of=retry_of,
+                          idempotent=idempotent)
         self.attempts.append(attempt)
         for p in payloads:
             self.sent.setdefault((tp, p), []).append(attempt)
@@ -91,6 +97,9 @@ class History:
             self.violations.append(f"{attempt.actor}: append {attempt.batch_id} hit an internal error: {error}")
         attempt.outcome = Outcome.UNKNOWN if is_unknown_outcome(error) else Outcome.FAILED
         attempt.detail = f"{type(error).__name__}: {error}"
+
+    def undecided(self, attempt: Attempt, detail: str) -> None:
+        attempt.outcome, attempt.detail = Outcome.UNKNOWN, detail
 
     def crashed(self, attempt: Attempt) -> None:
         if attempt.outcome is None:

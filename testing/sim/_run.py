@@ -16,7 +16,8 @@ import traceback
 from collections import Counter
 from dataclasses import dataclass, field
 
-from server._config import OxiaConfig, S3Config
+from server._config import OxiaConfig, ProducerStateConfig, S3Config
+from server._log.producer_ids import ProducerIds
 from server._compaction.retention import apply_retention
 from server._log.retire import retire_log, revive_log
 from server._protocol.constants import VACUUM_GRACE_MS
@@ -42,6 +43,8 @@ OXIA = OxiaConfig("sim:1", root_prefix="llog")
 S3 = S3Config("llog")
 GRACE_MS = VACUUM_GRACE_MS
 LAYOUT = LogLayout("llog")
+PRODUCER_STATE = ProducerStateConfig(expiration_ms=365 * 86_400_000)
+"""Simulated time jumps by grace periods: producers must not expire in a run (expiry has unit tests)."""
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,8 @@ class RunResult:
     a writer that died mid-append)."""
     retention: Counter = field(default_factory=Counter)
     """Retention passes that finished and log-start moves among them."""
+    idempotence: Counter = field(default_factory=Counter)
+    """Idempotent attempts, those answered as duplicates, and zombie batches refused as fenced."""
     """Distinct (step, next step of another actor) pairs, as (actor kind|op|key kind)."""
 
 
@@ -125,9 +130,11 @@ def run_seed(seed: int, config: SimConfig | None = None) -> RunResult:
     deferral = {"min_bytes_per_run": 64, "max_delay_ms": 40} if plan.random() < 0.3 else {}
     with_retention = plan.random() < 0.4
     with_deletion = plan.random() < 0.25
+    n_idempotent = plan.choice((0, 1, 1, 2))
     shape = (f"{n_logs} logs, {n_writers} writers, {n_compactors} compactors{' (deferring)' if deferral else ''}, "
              f"{n_readers} readers{', fencer' if with_fencer else ''}{', vacuum' if with_vacuum else ''}"
-             f"{', retention' if with_retention else ''}{', topic deletion' if with_deletion else ''}")
+             f"{', retention' if with_retention else ''}{', topic deletion' if with_deletion else ''}"
+             f"{f', {n_idempotent} idempotent producers' if n_idempotent else ''}")
 
     clock = SimClock()
     faults = FaultPlan(random.Random(f"{seed}:faults"), config.faults)
@@ -144,7 +151,8 @@ def run_seed(seed: int, config: SimConfig | None = None) -> RunResult:
 
     world = _actors.World(
         sched=sched, clock=clock, history=history, tps=tps,
-        new_writer=lambda: inline_pools(LeaderlessLogWriter(OXIA, S3, commit_parallelism=1, **parts)),
+        new_writer=lambda: inline_pools(LeaderlessLogWriter(OXIA, S3, commit_parallelism=1,
+                                                             producer_state=PRODUCER_STATE, **parts)),
         new_compactor=lambda: inline_pools(LeaderlessLogCompactor(OXIA, S3, **deferral, **parts)),
         new_reader=lambda: inline_pools(LeaderlessLogReader(OXIA, S3, **parts)),
         new_vacuum=lambda: Vacuum(OXIA, S3, grace_ms=GRACE_MS, allow_unsafe_grace=True,  # tests try unsafe ones
@@ -153,6 +161,7 @@ def run_seed(seed: int, config: SimConfig | None = None) -> RunResult:
         retain=lambda tp, cfg: apply_retention(sim_meta, LAYOUT.keys(TopicPartition(*tp)), cfg, runtime=runtime),
         retire=lambda tp: retire_log(sim_meta, LAYOUT.keys(TopicPartition(*tp)), runtime.clock.now_ms()),
         revive=lambda tp: revive_log(sim_meta, LAYOUT.keys(TopicPartition(*tp))),
+        new_producer_ids=lambda: ProducerIds(sim_meta, LAYOUT, runtime=runtime),
     )
     sched.max_jump_ms = world.max_jump_ms
 
@@ -163,6 +172,9 @@ def run_seed(seed: int, config: SimConfig | None = None) -> RunResult:
     for i in range(n_writers):
         mine = plan.sample(tps, plan.randint(1, n_logs))
         actors.append((f"w{i}", "writer", _actors.writer, (mine, ops(3, 8))))
+    for i in range(n_idempotent):
+        mine = plan.sample(tps, plan.randint(1, n_logs))
+        actors.append((f"i{i}", "idempotent", _actors.idempotent_writer, (mine, ops(3, 8))))
     for i in range(n_compactors):
         actors.append((f"compactor{i}", "compactor", _actors.compactor, (ops(3, 10),)))
     if with_fencer:
@@ -212,4 +224,6 @@ def run_seed(seed: int, config: SimConfig | None = None) -> RunResult:
         errors=Counter(a.detail.split(":", 1)[0].replace(" ", "_") for a in history.attempts if a.detail),
         retention=Counter(passes=history.retention_passes, advances=history.retention_advances,
                           deletions=history.topic_deletions),
+        idempotence=Counter(duplicates=history.duplicates_answered, fenced_zombies=history.fenced_zombies,
+                            batches=sum(1 for a in history.attempts if a.idempotent)),
     )

@@ -32,6 +32,7 @@ from server._broker.topics import BrokerTopics
 from server._catalogue.catalogue import TopicCatalogue
 from server._catalogue.topic_config import TopicDefaults
 from server._protocol.keys import LogLayout
+from server._log.producer_ids import ProducerIds
 
 OXIA = OxiaConfig("fake:1", root_prefix="llog")
 S3 = S3Config("llog")
@@ -81,7 +82,9 @@ class Cluster:
             init = None if producer is None else (lambda tp: producer.ensure_initialized(tp.topic, tp.partition))
             catalogue = BrokerTopics(TopicCatalogue(self.meta, LogLayout("llog"), defaults=topics, initialize=init),
                                      cache_ms=cfg.topic_cache_ms)
-        broker = Broker(cfg, producer=producer, reader=reader, cache=cache, metrics=metrics, topics=catalogue)
+        ids = ProducerIds(self.meta, LogLayout("llog")) if producer is not None else None
+        broker = Broker(cfg, producer=producer, reader=reader, cache=cache, metrics=metrics, topics=catalogue,
+                        producer_ids=ids)
         self.brokers.append(broker)
         return broker
 

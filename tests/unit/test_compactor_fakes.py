@@ -19,6 +19,7 @@ from server.leaderless_log_compactor import CompactionOutcome, LeaderlessLogComp
 from server.leaderless_log_reader import LeaderlessLogReader
 from server.leaderless_log_writer import LeaderlessLogWriter, SharedAppendGroup
 from testing.invariants import assert_log, object_uris
+from tests._step_clock import StepClock, stepped_runtime
 
 OXIA = OxiaConfig("fake:1", root_prefix="llog")
 S3 = S3Config("llog")
@@ -403,30 +404,8 @@ def test_a_compactor_finding_an_unmaterialized_pending_creates_its_entry(stores)
     assert read_all(stores) == want + [b"lost-c4"]
 
 
-class _StepClock:
-    """A wall clock the test moves (the other clocks read the machine's)."""
-
-    def __init__(self, now_ms: int) -> None:
-        self.now = now_ms
-
-    def now_ms(self) -> int:
-        return self.now
-
-    def monotonic(self) -> float:
-        return self.now / 1000
-
-    def perf_counter(self) -> float:
-        return self.now / 1000
-
-    def sleep(self, seconds: float) -> None:
-        self.now += int(seconds * 1000)
-
-
 def _deferring(stores, clock, **kw):
-    from server._runtime import REAL_RUNTIME, Runtime
-
-    runtime = Runtime(clock=clock, ids=REAL_RUNTIME.ids, rng=REAL_RUNTIME.rng)
-    return make(stores, LeaderlessLogCompactor, runtime=runtime, **kw)
+    return make(stores, LeaderlessLogCompactor, runtime=stepped_runtime(clock), **kw)
 
 
 def test_a_small_young_tail_waits_and_is_compacted_once_old_enough(stores):
@@ -434,7 +413,7 @@ def test_a_small_young_tail_waits_and_is_compacted_once_old_enough(stores):
     oldest = min(IndexEntry.decode(r.value).created_at_ms
                  for r in stores[0].range_scan("llog/orders/partitions/0/index/", "llog/orders/partitions/0/index/~",
                                                "orders:0"))
-    clock = _StepClock(oldest + 1_000)
+    clock = StepClock(oldest + 1_000)
     with _deferring(stores, clock, min_bytes_per_run=1 << 20, max_delay_ms=30_000) as c:
         r = c.compact_once("orders", 0)
         assert r.outcome is CompactionOutcome.DEFERRED
@@ -451,7 +430,7 @@ def test_a_tail_of_min_bytes_or_cut_by_a_run_limit_is_compacted_at_once(stores):
     oldest = min(IndexEntry.decode(r.value).created_at_ms
                  for r in stores[0].range_scan("llog/orders/partitions/0/index/", "llog/orders/partitions/0/index/~",
                                                "orders:0"))
-    clock = _StepClock(oldest)
+    clock = StepClock(oldest)
     with _deferring(stores, clock, min_bytes_per_run=1, max_delay_ms=30_000) as c:  # 1 byte: always enough
         assert c.compact_once("orders", 0, max_offsets=3).outcome is CompactionOutcome.COMPACTED
     with _deferring(stores, clock, min_bytes_per_run=1 << 20, max_delay_ms=30_000) as c:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 from server._catalogue.record import TopicRecord
 from pathlib import Path
 
 import pytest
+
+from server._log.producer_ids import ProducerIdentity, decode_named, decode_next_id, encode_named, encode_next_id
 
 from server._errors import CorruptBatch
 from server._protocol.codec import BATCH_ENCODING
@@ -52,7 +55,37 @@ GOLDEN = {
     "compaction-deleting-old.json": CompactionRecord,
     "compactor-claim.json": CompactorClaim,
     "topic-orders.json": TopicRecord,
+    "control-producers.json": ControlRecord,
+    "producer-ids.json": None,  # set below: the producer-id records have functions, not classes
+    "producer-named.json": None,
 }
+
+
+@dataclass(frozen=True)
+class _NextId:
+    next_id: int
+
+    @classmethod
+    def decode(cls, raw: bytes) -> _NextId:
+        return cls(decode_next_id(raw))
+
+    def encode(self) -> bytes:
+        return encode_next_id(self.next_id)
+
+
+@dataclass(frozen=True)
+class _Named:
+    identity: ProducerIdentity
+
+    @classmethod
+    def decode(cls, raw: bytes) -> _Named:
+        return cls(decode_named(raw))
+
+    def encode(self) -> bytes:
+        return encode_named(self.identity)
+
+
+GOLDEN["producer-ids.json"], GOLDEN["producer-named.json"] = _NextId, _Named
 
 
 # --- round trips ----------------------------------------------------------
@@ -159,6 +192,9 @@ def test_golden_keys_cover_every_value() -> None:
     for name, meta in keys.items():
         if name == "topic-orders.json":
             assert (meta["key"], meta["partition_key"]) == ("llog/__llog/topics/orders", "__llog/topics")
+            continue
+        if name.startswith("producer-"):
+            assert meta["key"].startswith("llog/__llog/producer") and meta["partition_key"] == "__llog/producers"
             continue
         assert meta["key"].startswith("llog/orders/partitions/0/")
         assert meta["partition_key"] == "orders:0"
