@@ -21,7 +21,8 @@ is not set. Figures only; nothing here asserts a speed.
     python -m loadtest.bench_broker --seconds 8                 # binary produce bodies and consume answers
     python -m loadtest.bench_broker --seconds 8 --body json     # JSON produce bodies
     python -m loadtest.bench_broker --consume-body json         # JSON consume answers (phases 4-5)
-    python -m loadtest.bench_broker --idempotent                # idempotent producers (SPEC 7.12)
+    python -m loadtest.bench_broker --idempotent                # idempotent producers (SPEC 7.12) ...
+    python -m loadtest.bench_broker --fresh-batches             # ... and their baseline: the same client work
 """
 
 from __future__ import annotations
@@ -77,9 +78,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--idempotent", action="store_true",
                    help="each produce client is an idempotent producer (POST /producers, sequences per partition; "
                         "phases 1 and 2; binary bodies only)")
+    p.add_argument("--fresh-batches", action="store_true",
+                   help="build each request's batches as --idempotent does, without a producer id (its baseline)")
     p.add_argument("--json", type=Path, help="also write the figures to this JSON file")
     args = p.parse_args(argv)
-    if args.idempotent and args.body != "binary":
+    if (args.idempotent or args.fresh_batches) and args.body != "binary":
         p.error("--idempotent sends binary bodies (the batch header carries the producer); drop --body json")
     return args
 
@@ -160,7 +163,9 @@ class IdempotentBodies:
     """``--idempotent``: each client is an idempotent producer (``POST /producers``)
     with its own sequence per partition; the batch of a request's partition is
     built once and its producer fields patched per request (``with_producer``:
-    the CRC recomputed, 64 KiB per batch at the defaults)."""
+    the CRC recomputed, 64 KiB per batch at the defaults). ``--fresh-batches``
+    does the same client work with no producer id (producerId -1), the
+    baseline an idempotent run compares with: only the broker's work differs."""
 
     def __init__(self, args: argparse.Namespace, topic: str, port: int, clients: int) -> None:
         rnd = random.Random(7)
@@ -168,9 +173,12 @@ class IdempotentBodies:
         self.per_tp = max(1, args.records_per_request // args.partitions_per_request)
         self.template = build_values_batch([record] * self.per_tp, int(time.time() * 1000))
         self.args, self.topic = args, topic
-        c = Client(port)
-        self.ids = [json.loads(c.post("/producers", b"{}", "application/json")[1]) for _ in range(clients)]
-        c.close()
+        if args.idempotent:
+            c = Client(port)
+            self.ids = [json.loads(c.post("/producers", b"{}", "application/json")[1]) for _ in range(clients)]
+            c.close()
+        else:
+            self.ids = [{"producer_id": -1, "producer_epoch": -1}] * clients
         self.seqs: list[dict[int, int]] = [{} for _ in range(clients)]
         self.turn = list(range(clients))
 
@@ -181,7 +189,7 @@ class IdempotentBodies:
         items = []
         for k in range(args.partitions_per_request):
             p = (first + k) % args.partitions
-            seq = seqs.get(p, 0)
+            seq = seqs.get(p, 0) if args.idempotent else -1
             seqs[p] = seq + self.per_tp
             items.append((self.topic, p, with_producer(self.template, ident["producer_id"], ident["producer_epoch"],
                                                         seq)))
@@ -490,7 +498,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[bench] broker on port {broker.port}; warming up (partition initialization) ...", flush=True)
         produce_phase(broker.port, bodies[:64], 8, 1.0, None, args.record_bytes, ctype)
 
-        idem = IdempotentBodies(args, topic, broker.port, args.clients) if args.idempotent else None
+        idem = IdempotentBodies(args, topic, broker.port, args.clients) if args.idempotent or args.fresh_batches else None
         print(f"[bench] 1. produce at saturation: {args.clients} clients{' (idempotent)' if idem else ''}, "
               f"{args.seconds:.0f}s ...", flush=True)
         cpu_before = broker.cpu_seconds()

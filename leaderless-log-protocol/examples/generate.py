@@ -62,7 +62,7 @@ from server._protocol.record_spans import spans_of  # noqa: E402
 from server._protocol import kafka_batch as kb  # noqa: E402
 from server._errors import PartitionNotInitialized  # noqa: E402
 from server._protocol.keys import PRODUCERS_PARTITION_KEY, TOPICS_PARTITION_KEY, LogLayout  # noqa: E402
-from server._protocol.producer_state import ProducerEntry  # noqa: E402
+from server._protocol.producer_state import ProducerEntry, ProducerStates  # noqa: E402
 from server._log.producer_ids import ProducerIdentity, encode_named, encode_next_id  # noqa: E402
 from server._catalogue.record import TopicRecord  # noqa: E402
 from server._catalogue.topic_config import TopicConfig  # noqa: E402
@@ -277,10 +277,10 @@ def _oxia_values(blob: bytes) -> dict[str, tuple[str, bytes, bool]]:
         # sequences 0..1 at offsets 1..2, then 2..2 at 7; producer 9 (epoch 2) 0..3 at 3..6.
         "control-producers.json": (
             keys.control,
-            ControlRecord(LogState.OPEN, 8, None, producers={
+            ControlRecord(LogState.OPEN, 8, None, producers=ProducerStates(entries={
                 3: ProducerEntry(0, CREATED_AT_MS + 20, ((0, 1, 1), (2, 2, 7))),
                 9: ProducerEntry(2, CREATED_AT_MS + 10, ((0, 3, 3),)),
-            }).encode(),
+            })).encode(),
             False,
         ),
         "index-wal-shared.json": (keys.index(2), pending.index_entry().encode(), False),

@@ -13,14 +13,14 @@ append covers one contiguous byte range of the shared blob.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
-from typing import Callable, Mapping
+from dataclasses import dataclass
+from typing import Callable
 
 from .._config import ProducerStateConfig
 from .._errors import LlogError, OutcomeUnknown, OutOfOrderSequence, ProducerFenced
 from .._metrics import LlogMetrics
 from .._protocol.keys import PartitionKeys, TopicPartition
-from .._protocol.producer_state import Check, ProducerEntry, Verdict, check, prune, record
+from .._protocol.producer_state import Check, ProducerEntry, ProducerStates, Verdict, check, prune, record
 from .._protocol.records import ControlRecord, PendingAppend
 from .._protocol.structs import AppendResult, BatchOutcome, SharedAppendGroup
 from .staging import StagedBatch
@@ -45,7 +45,7 @@ class Plan:
     """The batches ``[run_lo, run_hi)`` are appended, in order, from the counter."""
     pending: PendingAppend | None
     """The run's pending append (offsets still 0); None: nothing to append."""
-    producers: Mapping[int, ProducerEntry]
+    producers: ProducerStates
     """The producers' state the reservation writes (pruned, the run recorded)."""
 
     @property
@@ -64,34 +64,37 @@ def plan(control: ControlRecord, template: PendingAppend, batches: tuple[StagedB
         return Plan((), 0, 0, template, producers)
     answers: list[tuple[int, Check]] = []
     k, n = first, len(batches)
-    while k < n:
-        b = batches[k]
-        verdict = _APPENDED if b.producer is None else check(producers.get(b.producer.producer_id), b.producer)
-        if verdict.verdict is Verdict.APPEND:
-            break
-        answers.append((k, verdict))
-        k += 1
-    run_lo, appended = k, 0
-    producers = dict(producers)
+    run_lo, appended = -1, 0
+    recorded: dict[int, ProducerEntry] = {}
     while k < n:
         b = batches[k]
         if b.producer is not None:
             pid = b.producer.producer_id
-            if check(producers.get(pid), b.producer).verdict is not Verdict.APPEND:
-                break
-            producers[pid] = record(producers.get(pid), b.producer, control.sequence_counter + appended, now_ms)
+            entry = recorded[pid] if pid in recorded else producers.get(pid)
+            verdict = check(entry, b.producer)
+            if verdict.verdict is not Verdict.APPEND:
+                if run_lo >= 0:
+                    break  # the run ends here; this batch is the next reservation's
+                answers.append((k, verdict))
+                k += 1
+                continue
+            recorded[pid] = record(entry, b.producer, control.sequence_counter + appended, now_ms)
+        if run_lo < 0:
+            run_lo = k
         appended += b.count
         k += 1
+    if run_lo < 0:
+        run_lo = k
     if run_lo == k:
         return Plan(tuple(answers), k, k, None, control.producers)
+    producers = producers.updated(recorded)
     if len(producers) > config.max_per_partition:
         producers = prune(producers, now_ms, config.expiration_ms, config.max_per_partition)
     run = batches[run_lo:k]
-    pending = replace(
-        template, append_id=new_append_id(), msg_count=appended,
-        byte_offset=template.byte_offset + run[0].byte_lo,  # type: ignore[operator]
-        byte_length=run[-1].byte_hi - run[0].byte_lo,
-        max_timestamp_ms=max(b.max_timestamp for b in run),
+    pending = PendingAppend(
+        new_append_id(), 0, 0, appended, template.entry_type, template.data_key, template.encoding,
+        template.byte_offset + run[0].byte_lo, run[-1].byte_hi - run[0].byte_lo,  # type: ignore[operator]
+        template.created_at_ms, max(b.max_timestamp for b in run),
     )
     return Plan(tuple(answers), run_lo, k, pending, producers)
 

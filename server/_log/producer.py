@@ -416,11 +416,10 @@ def _slot_result(res: AppendResult, count: int, outcomes: tuple[BatchOutcome, ..
     appended in one run (or failed together)."""
     error = next((o.error for o in outcomes if o.error is not None), None)
     if error is not None:
-        return replace(res, count=count, start_offset=None, end_offset=None, error=error, batches=outcomes)
+        return AppendResult(res.topic, res.partition, count, error=error, batches=outcomes)
     last = outcomes[-1]
-    return replace(res, count=count, start_offset=outcomes[0].start_offset, end_offset=last.end_offset,
-                   index_key=last.index_key, wal_uri=last.wal_uri, error=None, duplicate=outcomes[0].duplicate,
-                   batches=outcomes)
+    return AppendResult(res.topic, res.partition, count, outcomes[0].start_offset, last.end_offset, last.index_key,
+                        last.wal_uri, duplicate=outcomes[0].duplicate, batches=outcomes)
 
 
 def _failed_future(exc: BaseException) -> Future:

@@ -23,6 +23,7 @@ from dataclasses import replace
 
 from .._errors import VersionConflict
 from .._protocol.keys import PartitionKeys
+from .._protocol.producer_state import NO_PRODUCERS
 from .._protocol.records import ControlRecord, LogState
 from .._storage.metastore import MetadataStore
 from . import recovery
@@ -50,7 +51,7 @@ def retire_log(meta: MetadataStore, keys: PartitionKeys, now_ms: int) -> bool:
             recovery.materialize_pending(meta, keys, control.pending)
         # The topic's producers go with it: a batch sent to the name created
         # again is no duplicate of one the old topic held.
-        retired = replace(control, log_state=LogState.FENCED, pending=None, producers={},
+        retired = replace(control, log_state=LogState.FENCED, pending=None, producers=NO_PRODUCERS,
                           log_start_offset=control.sequence_counter, log_start_at_ms=now_ms)
         try:
             meta.put(keys.control, retired.encode(), keys.partition_key, expected_version=rec.version)

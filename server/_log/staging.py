@@ -11,12 +11,13 @@ run concurrently and out of order while commits keep their order.
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 from typing import Sequence
 
 from .._protocol.codec import encode_shared_blob
-from .._protocol.kafka_batch import ENCODING, read_header
-from .._protocol.producer_state import ProducerBatch
+from .._protocol.kafka_batch import ENCODING
+from .._protocol.producer_state import NO_PRODUCER_ID, ProducerBatch
 from .._protocol.records import EntryType, PendingAppend
 from .._protocol.stored_batches import StoredBatches
 from .._protocol.structs import AppendResult, SharedAppendGroup
@@ -75,13 +76,18 @@ def build_staged(groups: Sequence[SharedAppendGroup], wal_uri: str, created_at_m
 
 
 def staged_batches(batches: StoredBatches) -> tuple[StagedBatch, ...] | None:
-    """The batches of a group when one of them is idempotent, else None (the common case: one pass of unpacks)."""
-    producers = batches.producer_batches()
-    if all(p is None for p in producers):
+    """The batches of a group when one of them is idempotent, else None (the common case: no work)."""
+    if not batches.idempotent:
         return None
     out = []
-    for i, producer in enumerate(producers):
-        lo, hi = batches.byte_starts[i], batches.byte_starts[i + 1]
-        out.append(StagedBatch(batches.record_starts[i + 1] - batches.record_starts[i], lo, hi,
-                               read_header(batches.data, lo).max_timestamp, producer))
+    data, starts = batches.data, batches.byte_starts
+    for i in range(batches.batch_count):
+        lo, hi = starts[i], starts[i + 1]
+        max_ts, pid, epoch, seq, count = _TAIL_OF_HEADER.unpack_from(data, lo + 35)
+        producer = None if pid == NO_PRODUCER_ID else ProducerBatch(pid, epoch, seq, count)
+        out.append(StagedBatch(count, lo, hi, max_ts, producer))
     return tuple(out)
+
+
+_TAIL_OF_HEADER = struct.Struct(">qqhii")
+"""maxTimestamp, producerId, producerEpoch, baseSequence, recordsCount: bytes 35-61 of a batch (SPEC 6.3)."""

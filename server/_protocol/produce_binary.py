@@ -51,7 +51,7 @@ from typing import Sequence
 
 from .codec import EncodedRecords, batch_header, encode_batch
 from .kafka_batch import BatchHeader
-from .producer_state import MAX_EPOCH, NO_PRODUCER_ID
+from .producer_state import NO_PRODUCER_ID
 from .structs import SharedAppendGroup
 from .http_json import MAX_INT32, InvalidField, ProduceRequest, TooLarge, parse_json_body, parse_produce
 from .frame import Frame
@@ -177,13 +177,10 @@ def _parse_batch(frame: Frame, pos: int, where: str, version: int) -> tuple[Shar
 
 def _check_idempotent(h: BatchHeader, i: int, count: int, field: str) -> None:
     """An idempotent batch (SPEC 7.12) is alone in its item, as Kafka requires of
-    a produce request's partition, with a valid epoch and sequence."""
+    a produce request's partition (its fields were checked with the batch)."""
     if count > 1:
         raise InvalidField(f"{field}: batch {i} carries producer id {h.producer_id}; an idempotent batch must be "
                            f"the only batch of its item, not one of {count}", field)
-    if h.producer_id < 0 or not 0 <= h.producer_epoch <= MAX_EPOCH or h.base_sequence < 0:
-        raise InvalidField(f"{field}: batch {i} has producerId {h.producer_id}, producerEpoch {h.producer_epoch}, "
-                           f"baseSequence {h.base_sequence}: not a valid idempotent producer's", field)
 
 
 def parse_produce_body(body: bytes, content_type: str | None, *, max_records: int) -> ProduceRequest:

@@ -9,13 +9,13 @@ always gives the same bytes (the golden examples rely on it).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from enum import StrEnum
-from typing import Any, Mapping, TypeVar
+from typing import Any, TypeVar
 
 from .._errors import CorruptBatch
 from .codec import BATCH_ENCODING
-from .producer_state import ProducerEntry, decode_producers, encode_producers
+from .producer_state import NO_PRODUCERS, ProducerStates
 
 __all__ = [
     "LogState",
@@ -181,7 +181,7 @@ class ControlRecord:
     """The first offset a reader may return (SPEC 7.10); retention moves it up."""
     log_start_at_ms: int | None = None
     """When ``log_start_offset`` last moved (vacuum deletes below it a grace period later)."""
-    producers: Mapping[int, ProducerEntry] = field(default_factory=dict)
+    producers: ProducerStates = NO_PRODUCERS
     """Idempotent producers' last batches in this log, by producer id (SPEC 7.12;
     ``producer_state.py``). Written only by the reservation that appends their batches."""
 
@@ -206,7 +206,7 @@ class ControlRecord:
             doc["log_start_offset"] = self.log_start_offset
             doc["log_start_at_ms"] = self.log_start_at_ms
         if self.producers:  # absent is none: a log without idempotent producers keeps the seed's shape
-            doc["producers"] = encode_producers(self.producers)
+            doc["producers"] = self.producers.to_json()
         return doc
 
     def encode(self) -> bytes:
@@ -223,7 +223,7 @@ class ControlRecord:
                 pending=None if pending is None else PendingAppend.from_json(pending),
                 log_start_offset=int(doc.get("log_start_offset", 1)),
                 log_start_at_ms=_opt_int(doc, "log_start_at_ms"),
-                producers=decode_producers(doc.get("producers")),
+                producers=ProducerStates.from_json(doc.get("producers")),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise CorruptBatch(f"unreadable meta/control record: {exc!r}") from exc

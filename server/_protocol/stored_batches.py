@@ -20,7 +20,7 @@ from typing import Sequence
 from .._errors import CorruptBatch
 from .codec import BATCH_ENCODING, EncodedRecords, decode_batch
 from .kafka_records import RecordColumns, TimestampType
-from .producer_state import ProducerBatch, producer_batch_of
+from .producer_state import MAX_EPOCH, NO_PRODUCER_ID, ProducerBatch, producer_batch_of
 from .kafka_batch import (
     ENCODING,
     BatchHeader,
@@ -45,15 +45,17 @@ class StoredBatches(Sequence[Record]):
     and holds records ``record_starts[i] .. record_starts[i + 1] - 1`` (counted
     from 0 across the run). ``len()`` is the record count."""
 
-    __slots__ = ("data", "byte_starts", "record_starts", "max_timestamp")
+    __slots__ = ("data", "byte_starts", "record_starts", "max_timestamp", "idempotent")
 
     def __init__(self, data: bytes | memoryview, byte_starts: array.array, record_starts: array.array,
-                 max_timestamp: int) -> None:
+                 max_timestamp: int, idempotent: bool = False) -> None:
         self.data = data
         self.byte_starts = byte_starts
         self.record_starts = record_starts
         self.max_timestamp = max_timestamp
         """The largest ``maxTimestamp`` of the batches (-1 when empty)."""
+        self.idempotent = idempotent
+        """Some batch carries a producer id (SPEC 7.12): the writer checks its sequence."""
 
     # -- building ------------------------------------------------------------------------------
 
@@ -65,8 +67,12 @@ class StoredBatches(Sequence[Record]):
         record_starts = array.array("q", [0])
         max_ts = -1
         pos = n = 0
+        idempotent = False
         while pos < len(data):
             h = check_batch(data, pos)
+            if h.producer_id != NO_PRODUCER_ID:
+                _check_producer_fields(h, len(byte_starts) - 1)
+                idempotent = True
             pos += h.size
             n += h.records_count
             byte_starts.append(pos)
@@ -74,7 +80,7 @@ class StoredBatches(Sequence[Record]):
             max_ts = max(max_ts, h.max_timestamp)
         if expected_count is not None and n != expected_count:
             raise CorruptBatch(f"the batches hold {n} records, the index says {expected_count}")
-        return cls(data, byte_starts, record_starts, max_ts)
+        return cls(data, byte_starts, record_starts, max_ts, idempotent)
 
     @classmethod
     def of_values(cls, values: Sequence[bytes], timestamp_ms: int,
@@ -101,12 +107,14 @@ class StoredBatches(Sequence[Record]):
         byte_starts = array.array("q", [0])
         record_starts = array.array("q", [0])
         max_ts = -1
+        idempotent = False
         for b in batches:
             h = read_header(b)
             byte_starts.append(byte_starts[-1] + len(b))
             record_starts.append(record_starts[-1] + h.records_count)
             max_ts = max(max_ts, h.max_timestamp)
-        return cls(b"".join(batches), byte_starts, record_starts, max_ts)
+            idempotent = idempotent or h.producer_id != NO_PRODUCER_ID
+        return cls(b"".join(batches), byte_starts, record_starts, max_ts, idempotent)
 
     @classmethod
     def join(cls, parts: Sequence[StoredBatches]) -> StoredBatches:
@@ -120,7 +128,7 @@ class StoredBatches(Sequence[Record]):
             byte_starts.extend(b0 + s for s in p.byte_starts[1:])
             record_starts.extend(r0 + s for s in p.record_starts[1:])
         return cls(b"".join(p.data for p in parts), byte_starts, record_starts,
-                   max((p.max_timestamp for p in parts), default=-1))
+                   max((p.max_timestamp for p in parts), default=-1), any(p.idempotent for p in parts))
 
     def with_log_append_time(self, now_ms: int) -> StoredBatches:
         """Every batch stamped with the log's append time (``message.timestamp.type=LogAppendTime``)."""
@@ -178,10 +186,19 @@ class StoredBatches(Sequence[Record]):
 
     def producer_batches(self) -> list[ProducerBatch | None]:
         """Each batch's idempotence fields (None: the batch has no producer id)."""
+        if not self.idempotent:
+            return [None] * self.batch_count
         return [producer_batch_of(self.data, self.byte_starts[i]) for i in range(self.batch_count)]
 
     def __repr__(self) -> str:
         return f"StoredBatches({len(self)} records in {self.batch_count} batches, {self.nbytes} bytes)"
+
+
+def _check_producer_fields(h: BatchHeader, i: int) -> None:
+    """An idempotent batch's epoch and sequence are in Kafka's ranges (its id is not -1)."""
+    if h.producer_id < 0 or not 0 <= h.producer_epoch <= MAX_EPOCH or h.base_sequence < 0:
+        raise CorruptBatch(f"batch {i}: producerId {h.producer_id}, producerEpoch {h.producer_epoch}, baseSequence "
+                           f"{h.base_sequence} is not a valid idempotent producer's")
 
 
 def _producer_fields(producer: ProducerBatch, count: int) -> dict[str, int]:

@@ -69,15 +69,6 @@ class ProducerSequence:
                 raise InvalidRequest(f"{name} must be an integer in 0..{top - 1}, got {value!r}")
 
 
-def _check_encoded_producers(batches: StoredBatches, topic: str, partition: int) -> None:
-    """A client's idempotent batches carry a valid epoch and sequence."""
-    for b in batches.producer_batches():
-        if b is not None and (b.producer_id < 0 or not 0 <= b.epoch <= MAX_EPOCH or b.first_seq < 0):
-            raise InvalidRequest(f"batch header: producerId {b.producer_id}, producerEpoch {b.epoch}, baseSequence "
-                                 f"{b.first_seq} is not a valid idempotent producer's", topic=topic,
-                                 partition=partition)
-
-
 @dataclass(frozen=True)
 class SharedAppendGroup:
     """Records to append to one topic-partition as one batch.
@@ -105,7 +96,6 @@ class SharedAppendGroup:
             if self.producer is not None:
                 raise InvalidRequest("encoded batches carry their producer fields in their header; "
                                      "give no producer", topic=self.topic, partition=self.partition)
-            _check_encoded_producers(payloads, self.topic, self.partition)
         elif self.producer is not None:
             if not isinstance(self.producer, ProducerSequence):
                 raise InvalidRequest(f"producer must be a ProducerSequence, got {type(self.producer).__name__}",

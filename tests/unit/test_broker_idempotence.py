@@ -124,3 +124,10 @@ def test_an_idempotent_binary_batch_must_be_alone_in_its_item(cluster):
     resp = cluster.broker().produce(body, PRODUCE_BINARY_V2_CONTENT_TYPE)
     assert resp.status == 400
     assert doc(resp)["field"] == "batches[0].batches" and "only batch" in doc(resp)["error"]
+
+
+def test_a_binary_batch_with_a_bad_epoch_is_a_400_naming_the_batches(cluster):
+    body = encode_binary_produce_v2([("orders", 0, _batch(4, -2, 0, b"x"))])
+    resp = cluster.broker().produce(body, PRODUCE_BINARY_V2_CONTENT_TYPE)
+    assert resp.status == 400
+    assert doc(resp)["field"] == "batches[0].batches" and "producerEpoch -2" in doc(resp)["error"]

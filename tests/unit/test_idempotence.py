@@ -11,6 +11,7 @@ import pytest
 from server._config import OxiaConfig, ProducerStateConfig, S3Config
 from server._errors import (
     ConcurrencyConflict,
+    CorruptBatch,
     InvalidRequest,
     OutcomeUnknown,
     OutOfOrderSequence,
@@ -24,6 +25,7 @@ from server._protocol.producer_state import (
     MAX_BATCHES,
     ProducerBatch,
     ProducerEntry,
+    ProducerStates,
     Verdict,
     check,
     prune,
@@ -87,18 +89,40 @@ def test_the_state_keeps_the_last_five_batches_and_a_new_epoch_starts_afresh():
 
 
 def test_prune_forgets_idle_producers_and_the_longest_idle_beyond_the_bound():
-    producers = {p: ProducerEntry(0, last_ms, ((0, 0, p),)) for p, last_ms in ((1, 100), (2, 900), (3, 500), (4, 50))}
+    producers = ProducerStates(entries={p: ProducerEntry(0, last_ms, ((0, 0, p),))
+                                        for p, last_ms in ((1, 100), (2, 900), (3, 500), (4, 50))})
     assert sorted(prune(producers, now_ms=1000, expiry_ms=600, max_producers=10)) == [2, 3]
     assert sorted(prune(producers, now_ms=1000, expiry_ms=10_000, max_producers=2)) == [2, 3]
+    assert prune(producers, now_ms=1000, expiry_ms=10_000, max_producers=10) is producers
 
 
-def test_the_producers_round_trip_through_meta_control_and_stay_under_a_mebibyte_at_the_bound():
-    control = ControlRecord(LogState.OPEN, 8, None, producers={3: _entry(0, (0, 1, 1), (2, 2, 7))})
-    assert ControlRecord.decode(control.encode()) == control
+def test_the_producers_round_trip_through_meta_control_as_one_string_each():
+    entry = _entry(0, (0, 1, 1), (2, 2, 7))
+    control = ControlRecord(LogState.OPEN, 8, None, producers=ProducerStates(entries={3: entry}))
+    raw = control.encode()
+    assert json.loads(raw)["producers"] == {"3": "0 0 0:1:1 2:2:7"}
+    decoded = ControlRecord.decode(raw)
+    assert decoded == control and decoded.producers[3] == entry and decoded.producers.last_ms(3) == 0
     assert "producers" not in json.loads(ControlRecord(LogState.OPEN, 8).encode())
+
+
+@pytest.mark.parametrize("text", ["0", "0 5", "x 5 0:1:1", "0 5 0:1", "0 5 0:1:1:2", "0 5 a:b:c"])
+def test_a_malformed_producer_entry_is_a_corrupt_record_when_it_is_read(text):
+    control = ControlRecord.decode(json.dumps({"log_state": "OPEN", "sequence_counter": 2, "pending": None,
+                                               "producers": {"7": text}}).encode())
+    with pytest.raises(CorruptBatch, match="producer 7"):
+        control.producers[7]
+
+
+def test_producers_of_the_wrong_shape_make_the_record_corrupt():
+    with pytest.raises(CorruptBatch):
+        ControlRecord.decode(b'{"log_state":"OPEN","sequence_counter":2,"pending":null,"producers":{"7":[0]}}')
+
+
+def test_the_record_stays_under_a_mebibyte_at_the_bound():
     worst = {pid: ProducerEntry(32767, 1_800_000_000_000, tuple((2**31 - 9, 2**31 - 1, 10**15) for _ in range(5)))
              for pid in range(10**15, 10**15 + 2_000)}  # the setting's upper bound, every number at its longest
-    size = len(ControlRecord(LogState.OPEN, 10**15, None, producers=worst).encode())
+    size = len(ControlRecord(LogState.OPEN, 10**15, None, producers=ProducerStates(entries=worst)).encode())
     assert size < 700 * 1024, size
 
 
@@ -129,9 +153,9 @@ def test_encoded_batches_carry_their_producer_in_the_header_and_bad_fields_are_r
     ok = StoredBatches.check(build_batch([Record(b"a")], now_ms=1, producer_id=3, producer_epoch=0, base_sequence=0))
     with pytest.raises(InvalidRequest, match="header"):
         SharedAppendGroup("orders", 0, ok, producer=ProducerSequence(3, 0, 0))
-    bad = StoredBatches.check(build_batch([Record(b"a")], now_ms=1, producer_id=3, producer_epoch=-1, base_sequence=0))
-    with pytest.raises(InvalidRequest, match="producerEpoch -1"):
-        SharedAppendGroup("orders", 0, bad)
+    with pytest.raises(CorruptBatch, match="producerEpoch -1"):
+        StoredBatches.check(build_batch([Record(b"a")], now_ms=1, producer_id=3, producer_epoch=-1, base_sequence=0))
+    assert ok.idempotent and not StoredBatches.check(build_batch([Record(b"a")], now_ms=1)).idempotent
 
 
 # -- the writer --------------------------------------------------------------------------------
@@ -284,7 +308,7 @@ def test_idle_producers_expire_and_the_state_is_bounded_per_partition(stores):
         assert sorted(_control(stores[0]).producers) == [2, 3]
         clock.now += 60_001
         _send(w, SharedAppendGroup("orders", 0, [b"plain"]))
-        assert _control(stores[0]).producers == {}
+        assert len(_control(stores[0]).producers) == 0
         # A forgotten producer must start over: its next sequence is refused, sequence 0 of a new epoch appended.
         (late,) = _send(w, _idem([b"late"], pid=2, seq=1))
         (again,) = _send(w, _idem([b"again"], pid=2, epoch=1, seq=0))
@@ -297,7 +321,7 @@ def test_retiring_a_log_drops_its_producers(stores):
     with _writer(stores) as w:
         _send(w, _idem([b"a"], seq=0))
     assert retire_log(meta, KEYS, now_ms=1)
-    assert _control(meta).producers == {}
+    assert len(_control(meta).producers) == 0
 
 
 def test_concurrent_writers_never_store_a_batch_twice(stores):
