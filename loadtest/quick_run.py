@@ -178,8 +178,11 @@ def run(args: argparse.Namespace, r: Run) -> int:
         options = ProduceOptions(topic=TOPIC, brokers=(broker.url,), partitions=args.partitions, key_column=key_column,
                                  input_format="json")
         summary = run_produce_job(spark, str(source), options, progress=lambda line: r.say(line))
-        r.say(f"acknowledged {summary.stats.records_acked:,} records, {summary.mb_per_s:.2f} MB/s, "
-              f"{summary.stats.requests:,} requests, {summary.stats.retries} retries")
+        st = summary.stats
+        r.say(f"acknowledged {st.records_acked:,} records, {summary.mb_per_s:.2f} MB/s, "
+              f"{st.requests:,} requests, {st.retries} retries; exactly once (idempotent tasks): "
+              f"{st.duplicate_records:,} records sent again were recognized and not stored twice "
+              f"({st.duplicate_batches} batches), {st.unknown_batches} batches of unknown outcome re-sent")
         if summary.stats.records_acked != expected.count:
             raise StepFailed(f"{expected.count} rows in, {summary.stats.records_acked} records acknowledged")
 

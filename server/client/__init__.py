@@ -46,14 +46,18 @@ not retriable (400, 403,     the task fails at once
 404, 413, 500 ...)
 ===========================  ===============================================
 
-Delivery is **at least once**. A definite failure (503 back-pressure, or a
-409 batch with any ``error_type`` but ``OutcomeUnknown``) wrote nothing, so
-its retry cannot duplicate. An unknown outcome (a batch answered
-``OutcomeUnknown``, a 504, a connection lost after the request went out:
-the table's ``unknown`` kind) may have committed: the rule is to send it
-again, so no record is lost and the batch may appear twice. Such batches are
-counted apart (``unknown_batches``, ``unknown_records``: the bound on
-duplicates when no Spark task failed).
+Delivery: a definite failure (503 back-pressure, or a 409 batch with any
+``error_type`` but ``OutcomeUnknown``) wrote nothing, so its retry cannot
+duplicate. An unknown outcome (a batch answered ``OutcomeUnknown``, a 504, a
+connection lost after the request went out: the table's ``unknown`` kind)
+may have committed: the rule is to send it again, so no record is lost.
+With a ``producer`` (``TaskProducer(..., producer=...)``; the Spark writer's
+default, ``exactlyOnce``) every batch is an idempotent one (SPEC 7.12) cut
+where only the records decide, so a batch sent again, by this task or by a
+retried attempt of it, is answered as a duplicate and stored once
+(``duplicate_batches``, ``duplicate_records``). Without one, delivery is at
+least once: such a batch may appear twice (``unknown_batches``,
+``unknown_records``: the bound on duplicates when no Spark task failed).
 
 Per-partition order: a task never has two requests for the same partition in
 flight, and retries happen inside the request that owns the partition, so

@@ -11,7 +11,7 @@ from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
-from .._protocol.kafka_batch import HEADER_SIZE
+from .._protocol.kafka_batch import HEADER_SIZE, with_producer
 from .._protocol.produce_binary import (
     BINARY_HEADER_SIZE,
     PRODUCE_BINARY_V2_CONTENT_TYPE,
@@ -88,6 +88,12 @@ class ProducerConfig:
         "1,048,588 by default); a larger record goes alone.",
         default=1_000_000, min=1024, option="maxBatchBytes",
     )
+    exactly_once: bool = setting(
+        "Store every row once, also when Spark retries a task or a reply is lost: each task is an idempotent "
+        "producer (SPEC 7.12) whose batches a retried attempt sends again identically. false: at-least-once, "
+        "for brokers without POST /producers (the reference system's).",
+        default=True, option="exactlyOnce",
+    )
 
     def __post_init__(self) -> None:
         if isinstance(self.brokers, str) or not all(isinstance(b, BrokerUrl) for b in self.brokers):
@@ -109,6 +115,9 @@ class Batch:
     chunks: list[RecordChunk]
     attempts: int = 0
     """How many times this batch has been sent."""
+    producer: tuple[int, int, int] | None = None
+    """``(producer_id, producer_epoch, base_sequence)``: an idempotent batch (SPEC 7.12),
+    sent as one RecordBatch, stored once however often it is sent."""
 
     @property
     def count(self) -> int:
@@ -124,13 +133,15 @@ class BatchAck(NamedTuple):
 
     topic: str
     partition: int
-    start_offset: int
-    """First offset assigned (inclusive)."""
-    end_offset: int
+    start_offset: int | None
+    """First offset assigned (inclusive); None only for a duplicate too old to have them."""
+    end_offset: int | None
     """Last offset assigned (inclusive)."""
     count: int
     payload_bytes: int
     broker: str
+    duplicate: bool = False
+    """An idempotent batch the log held already (an earlier attempt's): offsets are its first ones."""
 
 
 CONTENT_TYPES: dict[Body, str] = {"binary": PRODUCE_BINARY_V2_CONTENT_TYPE, "json": "application/json"}
@@ -166,18 +177,29 @@ def encode_request(
         now = int(time.time() * 1000) if now_ms is None else now_ms
         parts: list[bytes | memoryview] = [binary_produce_header(len(batches), flush=flush, version=PRODUCE_VERSION_2)]
         for b in batches:
-            kafka = b"".join(_kafka_batches(b, now, max_batch_bytes))
+            if b.producer is None:
+                kafka = b"".join(_kafka_batches(b, now, max_batch_bytes))
+            else:  # one batch, its size bounded when it was cut (TaskProducer), carrying the producer
+                (one,) = _kafka_batches(b, now, _ONE_BATCH)
+                kafka = with_producer(one, *b.producer)
             name = b.topic.encode("utf-8")
             parts += [_U16.pack(len(name)), name, _U32.pack(b.partition), _U32.pack(len(kafka)), kafka]
         return b"".join(parts)
     parts = [_JSON_HEAD]
     for i, b in enumerate(batches):
-        head = f'{{"topic":{encode_basestring_ascii(b.topic)},"partition":{b.partition},"records":['
+        head = f'{{"topic":{encode_basestring_ascii(b.topic)},"partition":{b.partition},'
+        if b.producer is not None:
+            head += '"producer_id":%d,"producer_epoch":%d,"base_sequence":%d,' % b.producer
+        head += '"records":['
         parts.append((("," if i else "") + head).encode("ascii"))
         records = b"".join(c.data for c in b.chunks)
         parts += [records[:-1], b"]}"]  # each record carries a trailing comma; drop the last
     parts.append(_JSON_TAIL_FLUSH if flush else _JSON_TAIL)
     return b"".join(parts)
+
+
+_ONE_BATCH = 1 << 62
+"""A bound no batch reaches: build one batch of all the records."""
 
 
 def _kafka_batches(batch: Batch, now_ms: int, max_batch_bytes: int) -> list[bytes]:
@@ -215,13 +237,23 @@ class ProduceStats:
     connection lost after the request went out); each was sent again, so its
     records may be in the log twice."""
     unknown_records: int = 0
-    """Records of those batches: the bound on duplicates when no Spark task failed."""
+    """Records of those batches: the bound on duplicates when no Spark task failed
+    (none with an idempotent producer: a re-sent batch is answered as a duplicate)."""
+    duplicate_batches: int = 0
+    """Idempotent batches answered as duplicates: stored already, by an earlier send
+    of this task or of a failed attempt of it, and not stored again."""
+    duplicate_records: int = 0
     ranges: dict[int, list[int]] = field(default_factory=dict)
     """partition -> [first offset, last offset, records] acknowledged to this producer."""
 
     def add_ack(self, ack: BatchAck) -> None:
         self.records_acked += ack.count
         self.bytes_acked += ack.payload_bytes
+        if ack.duplicate:
+            self.duplicate_batches += 1
+            self.duplicate_records += ack.count
+        if ack.start_offset is None or ack.end_offset is None:
+            return
         r = self.ranges.get(ack.partition)
         if r is None:
             self.ranges[ack.partition] = [ack.start_offset, ack.end_offset, ack.count]
@@ -239,6 +271,8 @@ class ProduceStats:
         self.retried_records += other.retried_records
         self.unknown_batches += other.unknown_batches
         self.unknown_records += other.unknown_records
+        self.duplicate_batches += other.duplicate_batches
+        self.duplicate_records += other.duplicate_records
         for p, (lo, hi, n) in other.ranges.items():
             r = self.ranges.get(p)
             if r is None:
@@ -256,6 +290,8 @@ class ProduceStats:
             "retried_records": self.retried_records,
             "unknown_batches": self.unknown_batches,
             "unknown_records": self.unknown_records,
+            "duplicate_batches": self.duplicate_batches,
+            "duplicate_records": self.duplicate_records,
             "ranges": {str(p): r for p, r in sorted(self.ranges.items())},
         }
 
@@ -266,5 +302,6 @@ class ProduceStats:
             retries=d["retries"], retried_batches=d["retried_batches"],
             retried_records=d.get("retried_records", 0),
             unknown_batches=d.get("unknown_batches", 0), unknown_records=d.get("unknown_records", 0),
+            duplicate_batches=d.get("duplicate_batches", 0), duplicate_records=d.get("duplicate_records", 0),
             ranges={int(p): list(r) for p, r in d["ranges"].items()},
         )

@@ -190,8 +190,8 @@ class ProduceClient:
                 stats.retries += 1
                 stats.retried_batches += len(pending)
                 stats.retried_records += sum(b.count for b in pending)
-                # At-least-once: a batch of unknown outcome is sent again and
-                # counted, since its records may now be in the log twice.
+                # Unknown outcomes are re-sent and counted: at-least-once without a
+                # producer; an idempotent batch that was stored is answered duplicate.
                 stats.unknown_batches += len(unknown)
                 stats.unknown_records += sum(b.count for b in unknown)
             backoff = backoff.next()
@@ -254,9 +254,10 @@ class ProduceClient:
             for b, res in zip(batches, results):
                 item = item_outcome(res)
                 if item.kind is Kind.SUCCESS:
+                    start, end = res.get("start_offset"), res.get("end_offset")
                     acks.append(BatchAck(
-                        b.topic, b.partition, int(res["start_offset"]), int(res["end_offset"]),
-                        int(res.get("count", b.count)), b.payload_bytes, broker.url,
+                        b.topic, b.partition, None if start is None else int(start), None if end is None else int(end),
+                        int(res.get("count", b.count)), b.payload_bytes, broker.url, res.get("duplicate") is True,
                     ))
                 else:
                     detail = res.get("error") if isinstance(res, dict) else None

@@ -14,7 +14,11 @@ from typing import Callable, Sequence
 import numpy as np
 import pyarrow as pa
 
+from .._protocol.kafka_batch import HEADER_SIZE
 from .._protocol.keys import validate_topic
+from .._protocol.producer_state import SEQUENCE_MODULUS
+from .._protocol.stored_batches import MAX_BATCH_RECORDS
+from ._producer_id import ProducerIdentity
 from ._broker_selection import BrokerUrl
 from ._produce_batches import Batch, ProducerConfig, ProduceStats, batch_overhead, request_overhead
 from ._produce_client import ProduceClient
@@ -29,12 +33,31 @@ log = logging.getLogger(__name__)
 
 
 class _Buffer:
-    __slots__ = ("chunks", "nbytes", "records")
+    __slots__ = ("chunks", "nbytes", "records", "segments", "next_seq", "sendable")
 
     def __init__(self) -> None:
         self.chunks: deque[RecordChunk] = deque()
         self.nbytes = 0
         self.records = 0
+        self.segments: deque[_Segment] = deque()
+        """Idempotent: the records cut into batches, sealed ones first (the last may be open)."""
+        self.next_seq = 0
+        """Idempotent: the sequence of the next record added (records of this task to this partition so far)."""
+        self.sendable = 0
+        """Idempotent: bytes of the sealed segments (what may go before the final flush)."""
+
+
+class _Segment:
+    """One idempotent batch in the making: records from ``base_seq`` on."""
+
+    __slots__ = ("base_seq", "chunks", "nbytes", "records", "sealed")
+
+    def __init__(self, base_seq: int) -> None:
+        self.base_seq = base_seq
+        self.chunks: list[RecordChunk] = []
+        self.nbytes = 0
+        self.records = 0
+        self.sealed = False
 
 
 class TaskProducer:
@@ -72,9 +95,16 @@ class TaskProducer:
         *,
         on_progress: Callable[[ProduceStats], None] | None = None,
         progress_interval_s: float = 1.0,
+        producer: ProducerIdentity | None = None,
     ) -> None:
         self.topic = validate_topic(topic)
         self.config = config
+        self.producer = producer
+        """Idempotent (SPEC 7.12) when set: see :meth:`_segment`."""
+        overhead = batch_overhead(self.topic, 0, config.body) + 16  # a partition number's digits, the fields
+        self._segment_bytes = max(1, min(config.max_batch_bytes - HEADER_SIZE,
+                                         config.max_request_bytes - request_overhead(config.body) - overhead))
+        self._segment_records = min(config.max_request_records, MAX_BATCH_RECORDS)
         self.client = ProduceClient(config)
         self.stats = ProduceStats()
         self._stats_lock = threading.Lock()
@@ -82,6 +112,7 @@ class TaskProducer:
         self._buffers: dict[int, _Buffer] = {}
         self._buffered_bytes = 0
         self._buffered_records = 0
+        self._sendable_bytes = 0
         self._inflight_partitions: set[int] = set()
         self._inflight = 0
         self._unhinted: dict[BrokerUrl, int] = {}  # requests in flight without the flush hint, per broker
@@ -133,7 +164,10 @@ class TaskProducer:
                 buf = self._buffers.get(p)
                 if buf is None:
                     buf = self._buffers[p] = _Buffer()
-                buf.chunks.append(chunk)
+                if self.producer is None:
+                    buf.chunks.append(chunk)
+                else:
+                    self._segment(buf, chunk)
                 buf.nbytes += chunk.nbytes
                 buf.records += chunk.count
                 self._buffered_bytes += chunk.nbytes
@@ -190,15 +224,50 @@ class TaskProducer:
             except Exception:  # progress is best effort
                 log.debug("progress callback failed", exc_info=True)
 
+    def _segment(self, buf: _Buffer, chunk: RecordChunk | None) -> None:
+        """Cut a partition's records into idempotent batches where only the records
+        decide: a batch ends when the next record would take it past
+        ``max_batch_bytes`` (one larger record goes alone) or the request's
+        record bound, and the last one at the task's end. A retried task attempt
+        fed the same records cuts the same batches, with the same sequences, so
+        the log recognizes those an earlier attempt stored (SPEC 7.12)."""
+        while chunk is not None:
+            seg = buf.segments[-1] if buf.segments and not buf.segments[-1].sealed else None
+            if seg is None:
+                seg = _Segment(buf.next_seq)
+                buf.segments.append(seg)
+            k = chunk.fitting(self._segment_bytes - seg.nbytes, self._segment_records - seg.records)
+            if k == 0:
+                if seg.records:
+                    self._seal(buf, seg)
+                    continue
+                k = 1  # a record larger than a batch goes alone
+            head, chunk = chunk.split(k)
+            seg.chunks.append(head)
+            seg.nbytes += head.nbytes
+            seg.records += head.count
+            buf.next_seq += head.count
+            if chunk is not None or seg.records >= self._segment_records:
+                self._seal(buf, seg)
+
+    def _seal(self, buf: _Buffer, seg: _Segment) -> None:
+        seg.sealed = True
+        buf.sendable += seg.nbytes
+        self._sendable_bytes += seg.nbytes
+
     def _pump(self, final: bool) -> None:
         """Dispatch requests while slots are free (called with the lock held).
         Without ``final`` only lanes holding enough go, unless the buffer is
         over its memory bound; then the call waits for completions."""
         cfg = self.config
         limit = cfg.max_request_bytes * (cfg.max_in_flight + 1)
+        if final and self.producer is not None:
+            for buf in self._buffers.values():  # the task's end: each partition's last batch is complete
+                if buf.segments and not buf.segments[-1].sealed:
+                    self._seal(buf, buf.segments[-1])
         while True:
             self._raise_error()
-            over = self._buffered_bytes > limit
+            over = self._held_bytes() > limit
             sent = False
             while self._inflight < cfg.max_in_flight:
                 taken = self._take_request(allow_partial=final or over)
@@ -211,24 +280,32 @@ class TaskProducer:
                     self._unhinted[broker] = self._unhinted.get(broker, 0) + 1
                 self._pool.submit(self._run, batches, final, broker)
                 sent = True
-                over = self._buffered_bytes > limit
+                over = self._held_bytes() > limit
             if final or not over:
                 return
             if not sent:
                 self._cond.wait(0.5)
 
+    def _held_bytes(self) -> int:
+        """Bytes the memory bound counts: all buffered ones, or (idempotent) the sealed
+        batches: the open ones cannot go before they are complete."""
+        return self._buffered_bytes if self.producer is None else self._sendable_bytes
+
     def _take_request(self, allow_partial: bool) -> tuple[BrokerUrl, list[Batch]] | None:
         """The next request and its broker: the fullest idle lane's records, within the bounds."""
         cfg = self.config
+        idempotent = self.producer is not None
         lanes: dict[tuple[BrokerUrl, int], list[int]] = {}
         for p, buf in self._buffers.items():
-            if buf.records and p not in self._inflight_partitions:
+            if (buf.sendable if idempotent else buf.records) and p not in self._inflight_partitions:
                 broker = self.client.preferred_broker(self.topic, p)
                 lanes.setdefault((broker, p % cfg.max_in_flight), []).append(p)
         if not lanes:
             return None
 
         def volume(ps: list[int]) -> tuple[int, int]:
+            if idempotent:
+                return (sum(self._buffers[p].sendable for p in ps), 0)
             return (sum(self._buffers[p].nbytes for p in ps), sum(self._buffers[p].records for p in ps))
 
         (broker, _), parts = max(lanes.items(), key=lambda lane: volume(lane[1]))
@@ -242,6 +319,17 @@ class TaskProducer:
             if records_left <= 0 or room <= self._batch_overhead(p):
                 break
             room -= self._batch_overhead(p)
+            if idempotent:
+                segs, drained = self._take_segments(self._buffers[p], p, room, records_left, alone_ok=not batches)
+                for seg in segs:
+                    batches.append(Batch(self.topic, p, seg.chunks, producer=(
+                        self.producer.producer_id, self.producer.producer_epoch,  # type: ignore[union-attr]
+                        seg.base_seq % SEQUENCE_MODULUS)))
+                    room -= seg.nbytes + self._batch_overhead(p)
+                    records_left -= seg.records
+                if not drained:
+                    break
+                continue
             taken, drained = self._take_records(self._buffers[p], room, records_left, alone_ok=not batches)
             if taken:
                 batch = Batch(self.topic, p, taken)
@@ -282,6 +370,29 @@ class TaskProducer:
             if rest is not None:
                 break
         return taken, not buf.chunks
+
+    def _take_segments(self, buf: _Buffer, partition: int, room: int, records_left: int,
+                       alone_ok: bool) -> tuple[list[_Segment], bool]:
+        """Leading sealed segments of ``buf`` within ``room`` bytes (each with its
+        item's overhead) and ``records_left`` records (one larger goes alone when
+        ``alone_ok``); returns them and whether no sealed segment is left."""
+        taken: list[_Segment] = []
+        while buf.segments and buf.segments[0].sealed:
+            seg = buf.segments[0]
+            if seg.nbytes > room or seg.records > records_left:
+                if taken or not alone_ok:
+                    break
+            buf.segments.popleft()
+            taken.append(seg)
+            buf.nbytes -= seg.nbytes
+            buf.records -= seg.records
+            buf.sendable -= seg.nbytes
+            self._sendable_bytes -= seg.nbytes
+            self._buffered_bytes -= seg.nbytes
+            self._buffered_records -= seg.records
+            room -= seg.nbytes + self._batch_overhead(partition)
+            records_left -= seg.records
+        return taken, not (buf.segments and buf.segments[0].sealed)
 
     def _run(self, batches: list[Batch], flush: bool, broker: BrokerUrl) -> None:
         acks: list = []

@@ -1,7 +1,7 @@
 """llog on Spark: the produce job and the ``llog`` data source.
 
 - :func:`run_produce_job` feeds a DataFrame or input files to the brokers
-  (``python -m server.spark.produce_job --help``); at-least-once.
+  (``python -m server.spark.produce_job --help``); exactly once.
 - :func:`register` adds the ``llog`` format: ``spark.read``/``readStream``
   straight from Oxia + S3, ``df.write`` through the brokers.
 - :func:`spark_session` builds a session with sensible local defaults and

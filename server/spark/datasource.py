@@ -51,7 +51,11 @@ murmur2 partition, else records are spread evenly over ``partitions``; a
 ``topic`` column names each row's topic when the ``topic`` option is not
 set (the option wins, as in Kafka's sink). Other columns (``offset`` ...)
 are ignored, so a DataFrame read from ``llog`` or Kafka writes back as it
-is. At-least-once, like the produce job.
+is. Exactly once, like the produce job: each task is an idempotent producer
+named by the write (a stream: by the query id and the micro-batch id) and its
+partition, so a retried task or micro-batch stores none of its rows twice,
+provided Spark feeds it the same rows in the same order (``exactlyOnce``
+false: at least once).
 
 Options (case-insensitive):
 
@@ -131,7 +135,7 @@ from ._read_source import (
     read_range,
 )
 from ._stream_source import LlogStreamReader, _cap
-from ._write_source import LlogCommitMessage, LlogWriter, _ProgressSender, produce_arrow_batches
+from ._write_source import LlogCommitMessage, LlogStreamWriter, LlogWriter, _ProgressSender, produce_arrow_batches
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -177,4 +181,11 @@ class LlogDataSource(DataSource):
             raise ConfigError('llog is an append-only log: use .mode("append"), not overwrite')
         writer = LlogWriter(self.options, schema)
         writer.ensure_topic()
+        return writer
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> LlogStreamWriter:  # noqa: N802 - Spark's name
+        if overwrite:
+            raise ConfigError('llog is an append-only log: use outputMode("append")')
+        writer = LlogStreamWriter(self.options, schema)
+        writer.writer.ensure_topic()
         return writer

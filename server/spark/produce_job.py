@@ -36,12 +36,16 @@ The rows go through the ``llog`` data source's writer
 task gets its slice as Arrow batches, assigns partitions, and hands the
 records to a :class:`~server.client.TaskProducer`: bounded
 multi-partition requests, a stable broker per partition with fallback,
-retries for 503/409-retriable/connection failures. Delivery is **at least
-once**: a record is acknowledged by exactly one produce answer, but a batch
-whose outcome was unknown (``OutcomeUnknown``, a 504, a lost answer) is sent
-again and may then be in the log twice, and so may the records of a retried
-Spark task. The summary counts those batches apart (``unknown_records``
-bounds the duplicates of a run whose Spark tasks did not fail).
+retries for 503/409-retriable/connection failures. Delivery is **exactly
+once** (``exactly_once``, the default): each task is an idempotent producer
+(SPEC 7.12) named by the job's write and the task's partition, so a batch
+whose outcome was unknown (``OutcomeUnknown``, a 504, a lost answer) and the
+rows of a retried Spark task are sent again and recognized as duplicates;
+the summary counts them (``duplicate_records``). This holds when Spark
+feeds a retried task the same rows in the same order (a deterministic
+input, as Spark's own exactly-once file sinks require). With
+``--exactly-once false`` it is at least once: such batches may then be in
+the log twice (``unknown_records`` bounds that when no task failed).
 
 Progress: every ``--progress-interval-s`` the driver prints a line with the
 records and bytes acknowledged so far; tasks report them over a best-effort
@@ -151,6 +155,7 @@ class ProduceOptions:
     """Concurrent requests per Spark task."""
     body: str = same_as(ProducerConfig, "body")
     max_batch_bytes: int = same_as(ProducerConfig, "max_batch_bytes")
+    exactly_once: bool = same_as(ProducerConfig, "exactly_once")
     """The client's settings (:data:`PRODUCER_SETTINGS`): declared, with their
     defaults and bounds, once on :class:`ProducerConfig`."""
     csv_header: bool = True
@@ -198,6 +203,8 @@ class ProduceSummary:
     duration_s: float
     tasks: int
     stats: ProduceStats
+    exactly_once: bool = True
+    """Each task an idempotent producer (the records sent again were stored once)."""
 
     @property
     def partitions(self) -> dict[int, PartitionRange]:
@@ -223,7 +230,7 @@ class ProduceSummary:
             "mb_per_s": round(self.mb_per_s, 3),
             "rows_per_s": round(self.rows_per_s, 1),
             "tasks": self.tasks,
-            "delivery": "at-least-once",
+            "delivery": "exactly-once" if self.exactly_once else "at-least-once",
             "partitions": {
                 str(p): {"first_offset": r.first_offset, "last_offset": r.last_offset, "records": r.records}
                 for p, r in self.partitions.items()
@@ -238,8 +245,10 @@ class ProduceSummary:
             f"  records acknowledged {st.records_acked:,} ({st.bytes_acked / 1e6:,.2f} MB payload)",
             f"  requests             {st.requests:,} ({st.retries:,} retries, "
             f"{st.retried_batches:,} retried batches, {st.retried_records:,} records re-sent)",
-            f"  unknown outcomes     {st.unknown_batches:,} batches, {st.unknown_records:,} records "
-            "(re-sent: at-least-once, these may appear twice)",
+            f"  unknown outcomes     {st.unknown_batches:,} batches, {st.unknown_records:,} records re-sent "
+            + ("(idempotent: stored once)" if self.exactly_once else "(at-least-once: these may appear twice)"),
+            f"  duplicates dropped   {st.duplicate_batches:,} batches, {st.duplicate_records:,} records "
+            "(sent again, stored once)",
             f"  duration             {self.duration_s:.2f} s  "
             f"({self.rows_per_s:,.0f} rows/s, {self.mb_per_s:.2f} MB/s)",
             f"  tasks                {self.tasks}",
@@ -302,7 +311,7 @@ def run_produce_job(
         shutil.rmtree(workdir, ignore_errors=True)
     summary = ProduceSummary(
         topic=options.topic, rows_read=totals["rows"], duration_s=duration, tasks=totals["tasks"],
-        stats=ProduceStats.from_json(totals["stats"]),
+        stats=ProduceStats.from_json(totals["stats"]), exactly_once=options.exactly_once,
     )
     if summary.stats.records_acked != summary.rows_read:  # only a bug could do this; never report it as success
         raise ProduceJobFailed(
@@ -328,7 +337,7 @@ def _save_as_job(sc, group: str, writer, options: ProduceOptions, monitor: _Prog
         records = monitor.totals()[0]
         raise ProduceJobFailed(
             f"the produce job failed: {_spark_error_line(str(exc))} (about {records:,} records were "
-            "acknowledged before the failure; delivery is at-least-once, so re-running may duplicate them)",
+            "acknowledged before the failure; re-running the job is a new write and appends them again)",
             topic=options.topic,
         ) from exc
 
@@ -371,10 +380,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Feed a data set to llog brokers as POST /produce requests (PySpark).",
         epilog=(
-            "Delivery is at-least-once: when the job succeeds every row has been acknowledged,\n"
-            "but a retry after a lost answer, a 504 or a failed Spark task can append a row twice\n"
-            "(503 back-pressure retries cannot: nothing was written). The summary counts retried\n"
-            "batches and records. Exit status: 0 done, 1 produce failed, 2 bad options or input.\n\n"
+            "Delivery is exactly once: when the job succeeds every row is in the log once, also\n"
+            "when a reply was lost, a broker died or Spark retried a task (each task is an idempotent\n"
+            "producer; the summary counts the duplicates dropped). That needs Spark to feed a retried\n"
+            "task the same rows in the same order (a deterministic input). --no-exactly-once: at least\n"
+            "once (brokers without POST /producers). Exit status: 0 done, 1 produce failed, 2 bad\n"
+            "options or input.\n\n"
             "Also runs as: PYSPARK_PYTHON=python spark-submit server/spark/produce_job.py ..."
         ),
     )

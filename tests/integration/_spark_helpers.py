@@ -1,6 +1,7 @@
 """Shared pieces of the Spark integration tests.
 
-``spark`` is ONE SparkSession for the whole test session (local[2], no UI,
+``spark`` is ONE SparkSession for the whole test session (local[2,2]: a failed
+task is tried once more; no UI,
 2 shuffle partitions, 2 GiB driver), with the ``llog`` format registered;
 test modules import the fixture from here. Starting the JVM costs about ten
 seconds, so nothing here ever stops and restarts it.
@@ -36,7 +37,7 @@ SPARK_CONF = {
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     os.environ["PYSPARK_PYTHON"] = sys.executable
-    session = spark_session("llog-tests", "local[2]", SPARK_CONF)
+    session = spark_session("llog-tests", "local[2,2]", SPARK_CONF)  # a failed task is tried once more
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()

@@ -55,6 +55,7 @@ def test_the_run_is_scraped_and_its_dashboard_drawn(quick_run: tuple[subprocess.
     out = done.stdout
     assert re.search(r"prometheus +starting Prometheus", out), out
     assert re.search(r"has scraped the broker and the compactor service", out), out
+    assert re.search(r"exactly once \(idempotent tasks\): [\d,]+ records sent again were recognized", out), out
     assert re.search(r"dashboard +\[observability\] row 1/\d+ ", out), out  # progress while drawing
 
     index = data_dir / "dashboard" / "index.html"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import threading
 import time
 import uuid
 from collections import Counter
@@ -9,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from server.client import parse_broker_list, rendezvous_order
 from server.client._partitioner import partition_for_key
+from tests._waiting import wait_until
 
 from ._spark_helpers import consume_partitions, llog_options, records_every_way, spark  # noqa: F401
 
@@ -380,3 +384,80 @@ def test_stream_starting_latest_skips_the_past(spark, broker_factory, llog_env, 
     assert [(r.key, r.headers, r.timestampType) for r in rows] == [(None, None, 0)] * 3
     assert list(rows[0].asDict()) == ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType",
                                       "headers"]
+
+
+def _write_totals(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def test_a_task_retried_after_it_sent_stores_every_row_once(spark, broker_factory, llog_env, tmp_path: Path) -> None:
+    """Each task's first attempt fails after its first 600 rows were sent and acknowledged;
+    Spark runs it again, and the log answers what the first attempt stored as duplicates."""
+    broker = broker_factory()
+    topic = f"eo-{uuid.uuid4().hex[:8]}"
+    totals = tmp_path / "totals.json"
+    df = spark.range(0, 4000, 1, 2).selectExpr("cast(id as string) as value", "cast(id % 3 as int) as partition")
+    (df.write.format("llog").mode("append").option("topic", topic).option("brokers", broker.url)
+     .option("maxBatchBytes", "2048").option("_failFirstAttemptAfterRows", "600")
+     .option("_summaryPath", str(totals)).save())
+    values = Counter(r.value for r in read(spark, llog_env, topic=topic).collect())
+    assert values == Counter(str(i).encode() for i in range(4000))  # every row, once
+    stats = _write_totals(totals)["stats"]
+    assert stats["records_acked"] == 4000
+    assert stats["duplicate_records"] >= 2 * 600  # both tasks' first 600 rows, sent again, stored once
+    assert broker.client.counter("writer_duplicate_batches_total") == stats["duplicate_batches"]
+
+
+def test_a_stream_micro_batch_run_again_stores_its_rows_once(spark, broker_factory, llog_env, tmp_path: Path) -> None:
+    """llog to llog with writeStream: each micro-batch's tasks fail once after sending;
+    the retried tasks' producers (named by the query and the batch) find their rows stored."""
+    broker = broker_factory()
+    source, sink = f"ss-{uuid.uuid4().hex[:8]}", f"sk-{uuid.uuid4().hex[:8]}"
+    fill(broker.client, source, {0: 300, 1: 300}, tag="s")
+    query = (
+        spark.readStream.format("llog").options(**llog_options(llog_env)).option("topic", source)
+        .option("startingOffsets", "earliest").option("maxRecordsPerTrigger", "400").load()
+        .select("partition", "value")
+        .writeStream.format("llog").option("topic", sink).option("brokers", broker.url)
+        .option("maxBatchBytes", "2048").option("_failFirstAttemptAfterRows", "100")
+        .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(availableNow=True).start()
+    )
+    assert query.awaitTermination(180)
+    assert query.exception() is None
+    copied = Counter(r.value for r in read(spark, llog_env, topic=sink).collect())
+    assert copied == Counter(r.value for r in read(spark, llog_env, topic=source).collect())
+    assert max(copied.values()) == 1
+    assert broker.client.counter("writer_duplicate_batches_total") > 0
+
+
+def test_a_broker_killed_during_a_write_leaves_every_row_once(spark, broker_factory, llog_env, tmp_path: Path) -> None:
+    """One of two brokers holds what it is sent (a long batch delay) and is killed with
+    requests inside: the tasks re-send those batches to the other broker, once each."""
+    slow, other = broker_factory(env={"LLOG_BATCH_MAX_DELAY_MS": "60000"}), broker_factory()
+    brokers = parse_broker_list([slow.url, other.url])
+    # A topic some of whose partitions go to the slow broker first (the client's rendezvous order).
+    topic = next(t for t in (f"kb-{uuid.uuid4().hex[:8]}" for _ in range(1000))
+                 if any(rendezvous_order(brokers, t, p)[0].url == slow.url for p in range(4)))
+    totals = tmp_path / "totals.json"
+    # Rows of 200 bytes and 16 KiB requests: requests go before the task's end, without the flush hint,
+    # so the slow broker holds them.
+    df = spark.range(0, 3000, 1, 2).selectExpr("concat(cast(id as string), '-', repeat('x', 200)) as value",
+                                               "cast(id % 4 as int) as partition")
+    killed = threading.Event()
+
+    def kill_when_held() -> None:  # the write runs on the test's thread (its session is thread-bound)
+        wait_until(lambda: slow.client.counter("batcher_submits_total") >= 1, timeout_s=120,
+                   what="a request of the write to wait in the slow broker")
+        slow.kill()
+        killed.set()
+
+    killer = threading.Thread(target=kill_when_held, daemon=True)
+    killer.start()
+    (df.write.format("llog").mode("append").option("topic", topic).option("partitions", "4")
+     .option("brokers", f"{slow.url},{other.url}").option("maxRequestBytes", "16384")
+     .option("_summaryPath", str(totals)).save())
+    killer.join(10)
+    assert killed.is_set()  # the broker died with requests of the write inside
+    values = Counter(r.value for r in read(spark, llog_env, topic=topic).collect())
+    assert values == Counter(f"{i}-{'x' * 200}".encode() for i in range(3000))
+    assert _write_totals(totals)["stats"]["unknown_batches"] >= 1  # the killed broker's requests were sent again

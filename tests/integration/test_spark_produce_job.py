@@ -61,7 +61,8 @@ def test_cli_round_trip_every_row_once_and_keys_stay_together(broker_factory, ll
     assert "records acknowledged 3,000" in proc.stdout
     summary = json.loads(summary_path.read_text())
     assert summary["rows_read"] == summary["records_acked"] == 3000
-    assert summary["retries"] == 0 and summary["delivery"] == "at-least-once"
+    assert summary["retries"] == 0 and summary["delivery"] == "exactly-once"
+    assert summary["duplicate_records"] == 0  # nothing was sent twice
     # Acknowledged bytes are keys and values: the key column is stored with its record.
     assert summary["bytes_acked"] == sum(len(line.encode()) + len(str(r["customer"]).encode())
                                          for line, r in zip(lines, rows))
