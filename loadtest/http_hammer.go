@@ -1080,6 +1080,8 @@ const (
 	errorTypeHttpProtocolError       = "HttpProtocolError"
 	errorTypeUnknownTopic            = "UnknownTopic"
 	errorTypeTopicAlreadyExists      = "TopicAlreadyExists"
+	errorTypeUnknownGroup            = "UnknownGroup"
+	errorTypeStaleGeneration         = "StaleGeneration"
 	errorTypePartitionNotInitialized = "PartitionNotInitialized"
 	errorTypeOffsetOutOfRange        = "OffsetOutOfRange"
 	errorTypePartitionFenced         = "PartitionFenced"
@@ -1125,6 +1127,8 @@ var outcomeTable = map[string]outcome{
 	errorTypeHttpProtocolError:       {kind: kindDefinite},
 	errorTypeUnknownTopic:            {status: 404, kind: kindDefinite, errorCode: errorCodeUnknownTopicOrPartition},
 	errorTypeTopicAlreadyExists:      {status: 409, kind: kindDefinite},
+	errorTypeUnknownGroup:            {status: 404, kind: kindDefinite},
+	errorTypeStaleGeneration:         {status: 409, kind: kindDefinite},
 	errorTypePartitionNotInitialized: {kind: kindDefinite, errorCode: errorCodeUnknownTopicOrPartition},
 	errorTypeOffsetOutOfRange:        {kind: kindDefinite, errorCode: errorCodeOffsetOutOfRange},
 	errorTypePartitionFenced:         {kind: kindDefinite},

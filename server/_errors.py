@@ -14,6 +14,9 @@ through ``retriable`` whether trying the same call again can help::
     ├── PartitionNotInitialized        the partition has no meta/control record
     ├── OffsetOutOfRange               offset below the log start or at/after the high watermark
     ├── PartitionFenced                the partition's log_state is FENCED; appends are refused
+    ├── UnknownGroup                   a consumer group that has committed nothing
+    ├── StaleGeneration                a conditional commit named a generation or member the group no
+    │                                  longer has: the consumer must rejoin
     ├── OutOfOrderSequence             an idempotent batch's sequence leaves a gap (retriable: the
     │                                  earlier batch may still be on its way)
     ├── ProducerFenced                 an idempotent batch's epoch is older than the log's: a newer
@@ -69,6 +72,8 @@ __all__ = [
     "PartitionFenced",
     "OutOfOrderSequence",
     "ProducerFenced",
+    "UnknownGroup",
+    "StaleGeneration",
     "BackPressureRejected",
     "ProducerClosed",
     "AppendFailed",
@@ -170,6 +175,15 @@ class OutOfOrderSequence(LlogError):
 class ProducerFenced(LlogError):
     """An idempotent batch carries an epoch older than its producer's in the
     log: a newer instance initialized the same producer. Nothing was stored."""
+
+
+class UnknownGroup(LlogError):
+    """The consumer group has no committed offset: nothing was ever committed for it."""
+
+
+class StaleGeneration(LlogError):
+    """A conditional commit named a generation or member the group no longer has
+    (Kafka's ILLEGAL_GENERATION / UNKNOWN_MEMBER_ID); nothing was committed."""
 
 
 class BackPressureRejected(LlogError):

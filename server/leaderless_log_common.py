@@ -9,6 +9,7 @@ from __future__ import annotations
 from ._config import BatchConfig, OxiaConfig, S3Config
 from ._errors import *  # noqa: F401,F403  (the error hierarchy)
 from ._errors import __all__ as _error_names
+from ._groups.offsets import CommittedOffset, GroupLag, GroupOffsets
 from ._protocol.codec import (
     BATCH_ENCODING,
     SharedBlobHeader,
@@ -44,6 +45,7 @@ ENTRY_COMPACTED, ENTRY_WAL = EntryType.COMPACTED, EntryType.WAL
 LOG_STATE_FENCED, LOG_STATE_OPEN = LogState.FENCED, LogState.OPEN
 
 __all__ = [
+    "GroupOffsets", "CommittedOffset", "GroupLag",
     "BATCH_ENCODING",
     "SharedBlobHeader",
     "SharedBlobPart",
@@ -64,9 +66,7 @@ __all__ = [
     "EntryType",
     "LogState",
     "ENTRY_COMPACTED", "ENTRY_WAL", "LOG_STATE_FENCED", "LOG_STATE_OPEN",
-    "CompactionCursor",
-    "CompactionRecord",
-    "CompactorClaim",
+    "CompactionCursor", "CompactionRecord", "CompactorClaim",
     "ControlRecord",
     "IndexEntry",
     "PendingAppend",

@@ -85,7 +85,22 @@ def _json_batch(item: Any) -> Batch:
         raise Refused(f"bad partition {partition!r}")
     if not isinstance(records, list) or not records:
         raise Refused("records is not a non-empty array")
+    _json_producer(item)
     return topic, partition, [_json_record(r) for r in records]
+
+
+_PRODUCER_BOUNDS = {"producer_id": 2**63 - 1, "producer_epoch": 32767, "base_sequence": 2**31 - 1}
+
+
+def _json_producer(item: dict) -> None:
+    """An idempotent batch's fields (HTTP_API.md, POST /produce): all three or none, integers in range."""
+    given = [name for name in _PRODUCER_BOUNDS if name in item]
+    if given and len(given) < len(_PRODUCER_BOUNDS):
+        raise Refused(f"producer fields {given} without the others")
+    for name in given:
+        value = item[name]
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _PRODUCER_BOUNDS[name]:
+            raise Refused(f"bad {name} {value!r}")
 
 
 def _json_record(record: Any) -> bytes:

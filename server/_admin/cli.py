@@ -1,10 +1,13 @@
-"""``llog-admin topics ...``: create, list, describe, alter and delete topics from a shell.
+"""``llog-admin topics|groups ...``: manage topics and look at consumer groups from a shell.
 
     llog-admin topics create orders --partitions 12 --config retention.ms=604800000
     llog-admin topics list
     llog-admin topics describe orders --json
     llog-admin topics alter orders --config retention.bytes=1073741824 --partitions 16
     llog-admin topics delete orders
+    llog-admin groups list
+    llog-admin groups describe billing     (offsets, high watermarks and lag, like
+                                            kafka-consumer-groups --describe)
 
 It talks to Oxia directly (``LLOG_OXIA_*``, ``LLOG_ROOT_PREFIX``), as a broker
 does; new topics take ``LLOG_TOPIC_DEFAULT_*``. Exit status 0 on success, 1
@@ -24,6 +27,7 @@ from .._catalogue.record import TopicRecord
 from .._catalogue.topic_config import KNOWN_KEYS, TopicDefaults
 from .._config import OxiaConfig
 from .._errors import ConfigError, LlogError
+from .._groups.offsets import GroupOffsets, describe
 from .._log.initialize import initialize_log
 from .._log.retire import revive_log
 from .._protocol.keys import LogLayout
@@ -68,12 +72,19 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--partitions", type=int, help="the new, larger partition count")
     x = cmd.add_parser("delete", help="delete a topic: unknown to produce and consume at once, removed later")
     x.add_argument("name")
+    groups = area.add_parser("groups", help="consumer groups' committed offsets and lag")
+    gcmd = groups.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    gl = gcmd.add_parser("list", help="every group with committed offsets, one per line")
+    gl.add_argument("--json", action="store_true", help="print JSON")
+    gd = gcmd.add_parser("describe", help="a group's offset, the log's high watermark and the lag, per partition")
+    gd.add_argument("group")
+    gd.add_argument("--json", action="store_true", help="print JSON")
     return p
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args = _parser().parse_args(argv)
-    if args.command == "alter" and not args.config and args.partitions is None:
+    if args.area == "topics" and args.command == "alter" and not args.config and args.partitions is None:
         _parser().error("alter needs --config KEY=VALUE and/or --partitions N")
     return args
 
@@ -102,6 +113,21 @@ def run(args: argparse.Namespace, catalogue: TopicCatalogue) -> list[str]:
     return [f"{t.name} is being deleted (topic_id {t.topic_id}); produce and consume now answer it as unknown"]
 
 
+def run_groups(args: argparse.Namespace, offsets: GroupOffsets) -> list[str]:
+    """The lines to print for ``groups list`` and ``groups describe``."""
+    if args.command == "list":
+        names = offsets.groups()
+        return [json.dumps(names)] if args.json else names
+    rows = describe(offsets, args.group)
+    if args.json:
+        return [json.dumps([{"topic": r.tp.topic, "partition": r.tp.partition, "offset": r.committed.offset,
+                             "log_start_offset": r.log_start_offset, "high_watermark": r.high_watermark,
+                             "lag": r.lag, "metadata": r.committed.metadata} for r in rows], indent=2)]
+    head = f"{'GROUP':<20} {'TOPIC':<24} {'PARTITION':>9} {'OFFSET':>12} {'HIGH-WATERMARK':>14} {'LAG':>10}  METADATA"
+    return [head] + [f"{args.group:<20} {r.tp.topic:<24} {r.tp.partition:>9} {r.committed.offset:>12} "
+                     f"{r.high_watermark:>14} {r.lag:>10}  {r.committed.metadata}" for r in rows]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     try:
@@ -114,10 +140,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         meta = OxiaMetadataStore(oxia)
         try:
-            catalogue = TopicCatalogue(meta, layout, defaults=defaults,
-                                       initialize=lambda tp: initialize_log(meta, layout.keys(tp)),
-                                       revive=lambda tp: revive_log(meta, layout.keys(tp)))
-            for line in run(args, catalogue):
+            if args.area == "groups":
+                lines = run_groups(args, GroupOffsets(meta, layout))
+            else:
+                lines = run(args, TopicCatalogue(meta, layout, defaults=defaults,
+                                                 initialize=lambda tp: initialize_log(meta, layout.keys(tp)),
+                                                 revive=lambda tp: revive_log(meta, layout.keys(tp))))
+            for line in lines:
                 print(line)
         finally:
             meta.close()

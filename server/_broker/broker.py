@@ -10,6 +10,7 @@ point (flags, ``serve``, ``main``) is ``cli.py``. Routes (the contract is in
     GET  /metrics/prometheus  the same in Prometheus text format
     POST /produce             role write or both
     POST /producers           role write or both: an idempotent producer's id and epoch
+    GET, POST /groups/...     consumer groups' committed offsets (``groups_route.py``)
     POST /consume             role read or both
 
 Built from parts: ``Broker(config, producer=..., reader=..., cache=...,
@@ -67,7 +68,9 @@ from .._protocol.outcomes import (
 )
 from .._protocol.produce_binary import parse_produce_body
 from .answers import answers_errors
+from .groups_route import groups_route
 from .producers_route import producers_route
+from .._groups.offsets import GroupOffsets
 from .._log.producer_ids import ProducerIds
 from .topics import BrokerTopics
 from .config import BrokerConfig
@@ -116,6 +119,7 @@ class Broker:
         billing: S3Billing | None = None,
         topics: BrokerTopics | None = None,
         producer_ids: ProducerIds | None = None,
+        group_offsets: GroupOffsets | None = None,
     ) -> None:
         """``stores``: the Stores the parts share, if the broker is to close
         it after them (``from_env`` opens one). ``billing``: the S3 billing
@@ -143,6 +147,7 @@ class Broker:
         self.billing = billing or S3Billing(metrics, None)
         self.topics = topics
         self.producer_ids = producer_ids
+        self.group_offsets = group_offsets
         self.consume_service: BrokerConsumeService | None = None
         if reader is not None:
             self.consume_service = BrokerConsumeService(
@@ -192,6 +197,7 @@ class Broker:
                 config, producer=producer, reader=reader, cache=cache, metrics=metrics, stores=stores, billing=billing,
                 topics=BrokerTopics(catalogue, cache_ms=config.topic_cache_ms),
                 producer_ids=None if producer is None else ProducerIds(stores.meta, layout, runtime=runtime),
+                group_offsets=GroupOffsets(stores.meta, layout, runtime=runtime),
             )
         except BaseException:
             for part in reversed(built):
@@ -451,6 +457,12 @@ class Broker:
         })
 
     @answers_errors
+    def groups_route(self, body: bytes, method: str, group: str | None, query: str) -> Response:
+        if self.group_offsets is None:
+            return error_response(NOT_FOUND, "this broker keeps no consumer group offsets")
+        return groups_route(self.group_offsets, body, method, group, query)
+
+    @answers_errors
     def producers(self, body: bytes) -> Response:
         if self.producer_ids is None:
             return self._role_refused("POST /producers", "write")
@@ -469,22 +481,13 @@ class Broker:
         return t.patch_route(name, body) if method == "PATCH" else t.delete_route(name)
 
     def _role_refused(self, what: str, needed: str) -> Response:
-        return error_response(
-            ROLE_NOT_SERVED,
-            f"this broker runs role {self.config.role!r} and does not serve {what}; "
-            f"send it to a broker with role {needed!r} or 'both'",
-            role=self.config.role,
-        )
+        return error_response(ROLE_NOT_SERVED, f"this broker runs role {self.config.role!r} and does not serve {what}; "
+                              f"send it to a broker with role {needed!r} or 'both'", role=self.config.role)
 
 
-def _check_parts(
-    config: BrokerConfig, producer: BatchingProducer | None, reader: LeaderlessLogReader | None
-) -> None:
+def _check_parts(config: BrokerConfig, producer: BatchingProducer | None, reader: LeaderlessLogReader | None) -> None:
     """The parts a role needs, and no others: a part the role never uses would be a resource held for nothing."""
-    for name, part, needed in (
-        ("producer", producer, config.serves_produce),
-        ("reader", reader, config.serves_consume),
-    ):
+    for name, part, needed in (("producer", producer, config.serves_produce), ("reader", reader, config.serves_consume)):
         if (part is not None) != needed:
             raise ConfigError(
                 f"a broker with role {config.role!r} needs {'a' if needed else 'no'} {name}, "

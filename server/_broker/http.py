@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
+from urllib.parse import unquote, urlsplit
 from http.server import ThreadingHTTPServer
 from typing import TYPE_CHECKING
 
@@ -39,6 +40,7 @@ __all__ = ["Response", "BrokerHTTPServer", "ROUTES", "JSON", "PROMETHEUS", "erro
 log = logging.getLogger(__name__)
 
 TOPIC_PATH = "/topics/{name}"
+GROUP_OFFSETS_PATH = "/groups/{group}/offsets"
 ROUTES: dict[str, dict[str, str]] = {
     "/health": {"GET": "health"},
     "/metrics": {"GET": "metrics_json"},
@@ -48,16 +50,21 @@ ROUTES: dict[str, dict[str, str]] = {
     "/consume": {"POST": "consume"},
     "/topics": {"GET": "topics", "POST": "topics"},
     TOPIC_PATH: {"GET": "topics", "PATCH": "topics", "DELETE": "topics"},
+    "/groups": {"GET": "groups"},
+    GROUP_OFFSETS_PATH: {"GET": "groups", "POST": "groups"},
 }
-"""Path (``{name}``: one path segment) -> method -> the broker's route."""
+"""Path (``{name}``, ``{group}``: one path segment) -> method -> the broker's route."""
 
 
 def _match(path: str) -> tuple[str | None, str | None]:
-    """The ROUTES key ``path`` falls under and the topic name it carries."""
+    """The ROUTES key ``path`` falls under and the topic or group name it carries."""
     if path in ROUTES:
         return path, None
     if path.startswith("/topics/") and "/" not in path[len("/topics/"):] and len(path) > len("/topics/"):
         return TOPIC_PATH, path[len("/topics/"):]
+    parts = path.split("/")
+    if len(parts) == 4 and parts[1] == "groups" and parts[2] and parts[3] == "offsets":
+        return GROUP_OFFSETS_PATH, unquote(parts[2])
     return None, None
 
 
@@ -101,6 +108,8 @@ class _Handler(JSONRequestHandler):
             body = self._read_body() if method in ("POST", "PATCH") else b""
             if name == "topics":
                 return broker.topics_route(body, method, topic)
+            if name == "groups":
+                return broker.groups_route(body, method, topic, urlsplit(self.path).query)
             if name == "produce":  # two body formats, by Content-Type
                 return broker.produce(body, self.headers.get("Content-Type"))
             if name == "consume":  # two answer formats, by Accept

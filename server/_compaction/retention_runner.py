@@ -6,7 +6,8 @@ library user's, keeps everything) and applies
 :func:`~server._compaction.retention.apply_retention` to each of its logs.
 A failed log is logged and left for the next pass. The gauges say, per
 log, where its start is and what it holds. The same pass removes deleted
-topics (``topic_removal.py``).
+topics (``topic_removal.py``) and exports each consumer group's lag per log
+(``consumer_group_lag``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Callable, Sequence
 from .._catalogue.catalogue import TopicCatalogue
 from .._catalogue.topic_config import TopicConfig
 from .._errors import LlogError
+from .._groups.offsets import GroupOffsets, describe
 from .._protocol.keys import LogLayout, TopicPartition
 from .._storage.metastore import MetadataStore
 from .._metrics import LlogMetrics
@@ -41,6 +43,7 @@ class RetentionRunner:
         self._meta = meta
         self._layout = layout
         self._catalogue = TopicCatalogue(meta, layout, runtime=runtime)
+        self._groups = GroupOffsets(meta, layout, runtime=runtime)
         self._partitions = partitions
         self._interval_s = interval_ms / 1000
         self._stop = stop
@@ -66,6 +69,18 @@ class RetentionRunner:
         while not self._stop.wait(first if first is not None else self._interval_s):
             first = None
             self.run_once()
+
+    def _export_lag(self) -> None:
+        """``consumer_group_lag`` of every group's committed offsets (the pass already scans Oxia)."""
+        for group in self._groups.groups():
+            try:
+                rows = describe(self._groups, group)
+            except LlogError as exc:
+                log.warning("consumer group %s: lag not read: %s", group, exc)
+                continue
+            for r in rows:
+                self._metrics.set_gauge("consumer_group_lag", r.lag, group=group, topic=r.tp.topic,
+                                        partition=str(r.tp.partition))
 
     def run_once(self) -> list[RetentionResult]:
         """One pass over every known log; never raises."""
@@ -96,6 +111,7 @@ class RetentionRunner:
                 log.info("retention: %s starts at %d (was %d), %d bytes let go", tp, result.log_start_offset,
                          result.previous_log_start, result.dropped_bytes)
         self._metrics.inc("retention_passes_total")
+        self._export_lag()
         try:
             remove_deleted_topics(self._meta, self._layout, self._catalogue, self._grace_ms,
                                   runtime=self._runtime, metrics=self._metrics)

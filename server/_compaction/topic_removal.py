@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from .._groups.offsets import GroupOffsets
 from .._catalogue.catalogue import TopicCatalogue
 from .._catalogue.record import TopicRecord, TopicState
 from .._log.retire import retire_log
@@ -28,6 +29,7 @@ from .._metrics import LlogMetrics
 from .._runtime import REAL_RUNTIME, Runtime
 
 __all__ = ["TopicRemoval", "remove_deleted_topics"]
+
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +73,8 @@ def _remove(meta: MetadataStore, layout: LogLayout, catalogue: TopicCatalogue, t
             retired += 1
         if next(iter(meta.range_scan(keys.index_prefix, keys.index_end, keys.partition_key)), None) is not None:
             empty = False  # vacuum has not deleted its entries yet
+    if retired == topic.partitions:
+        GroupOffsets(meta, layout).delete_topic(topic.name)  # the groups' positions in it go with it
     forgotten = retired == topic.partitions and empty and catalogue.forget(topic)
     if forgotten:
         log.info("topic %s removed: %d logs retired and emptied; the name can be created again",

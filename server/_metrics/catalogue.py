@@ -209,6 +209,8 @@ _RETENTION = (
     _c("topics_removed_total", "Deleted topics whose logs were retired and emptied and whose record is gone"),
     _g("log_start_offset", "A log's first readable offset (SPEC 7.10)", "topic", "partition", aggregate="max"),
     _g("log_retained_bytes", "Stored bytes a log holds from its start on", "topic", "partition", aggregate="max"),
+    _g("consumer_group_lag", "Records of a log a consumer group has not consumed yet (high watermark + 1 - its "
+       "committed offset)", "group", "topic", "partition", aggregate="max"),
 )
 
 CATALOGUE: tuple[MetricSpec, ...] = (

@@ -11,6 +11,8 @@ Every key of one log lives under a root prefix (``LLOG_ROOT_PREFIX``, default
     {root}/__llog/topics/{topic}
     {root}/__llog/producer-ids                       the next producer id
     {root}/__llog/producers/{quoted name}            a named producer's id and epoch
+    {root}/__llog/groups/{quoted group}/offsets/{topic}:{partition}   a committed offset
+    {root}/__llog/groups/{quoted group}/generation   the group's generation (a coordinator's)
 
     S3: {root}/wal-shared/{uuid}
         {root}/{topic}/partitions/{partition}/data/compacted/{uuid}
@@ -33,7 +35,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 from functools import cached_property
 
 from .._errors import ConfigError, InvalidRequest
@@ -43,6 +45,7 @@ __all__ = [
     "TOPICS_PARTITION_KEY",
     "PRODUCERS_PARTITION_KEY",
     "validate_producer_name",
+    "validate_group",
     "OFFSET_DIGITS",
     "TopicPartition",
     "PartitionKeys",
@@ -64,6 +67,7 @@ TOPICS_PARTITION_KEY = "__llog/topics"
 PRODUCERS_PARTITION_KEY = "__llog/producers"
 """The producer id counter and the named producers, on one shard."""
 MAX_PRODUCER_NAME_LENGTH = 249
+MAX_GROUP_LENGTH = 249
 _TOPIC_RE = re.compile(r"[A-Za-z0-9._-]{1,249}")
 _SEGMENT_RE = re.compile(r"[A-Za-z0-9._-]+")
 # Oxia keeps its own records under __oxia/; a root there would collide.
@@ -90,6 +94,16 @@ def validate_producer_name(name: object) -> str:
     if not 1 <= len(name) <= MAX_PRODUCER_NAME_LENGTH or any(ord(c) < 32 or ord(c) == 127 for c in name):
         raise InvalidRequest(f"invalid producer name {name!r}: use 1-{MAX_PRODUCER_NAME_LENGTH} printable characters")
     return name
+
+
+def validate_group(group: object) -> str:
+    """Return ``group`` if it can name a consumer group (Kafka's ``group.id``):
+    1-249 characters, none of them a control character."""
+    if not isinstance(group, str):
+        raise InvalidRequest(f"group must be a string, got {type(group).__name__}")
+    if not 1 <= len(group) <= MAX_GROUP_LENGTH or any(ord(c) < 32 or ord(c) == 127 for c in group):
+        raise InvalidRequest(f"invalid group {group!r}: use 1-{MAX_GROUP_LENGTH} printable characters")
+    return group
 
 
 def validate_partition(partition: object, topic: str | None = None) -> int:
@@ -275,6 +289,33 @@ class LogLayout:
     def producer_name_key(self, name: str) -> str:
         """A named producer's record; the name is percent-quoted, so it is one segment."""
         return f"{self.root}/{RESERVED_SEGMENT}/producers/{quote(validate_producer_name(name), safe='')}"
+
+    @property
+    def groups_prefix(self) -> str:
+        return f"{self.root}/{RESERVED_SEGMENT}/groups/"
+
+    def group_base(self, group: str) -> str:
+        """Every key of a group starts with this (its name percent-quoted: one segment)."""
+        return f"{self.groups_prefix}{quote(validate_group(group), safe='')}/"
+
+    @staticmethod
+    def group_partition_key(group: str) -> str:
+        """A group's records on one shard, so its offsets list in one range scan."""
+        return f"__llog/groups/{quote(group, safe='')}"
+
+    def group_offset_key(self, group: str, tp: TopicPartition) -> str:
+        """One segment per offset (``:`` is in no topic name), so a group's offsets are one range."""
+        return f"{self.group_base(group)}offsets/{tp.topic}:{tp.partition}"
+
+    def group_generation_key(self, group: str) -> str:
+        return f"{self.group_base(group)}generation"
+
+    def parse_group_key(self, key: str) -> str | None:
+        """The group a key under :attr:`groups_prefix` belongs to, or None."""
+        if not key.startswith(self.groups_prefix):
+            return None
+        quoted = key[len(self.groups_prefix):].split("/", 1)[0]
+        return unquote(quoted) if quoted else None
 
     def shared_wal_object(self, blob_id: str) -> str:
         return f"{self.root}/wal-shared/{blob_id}"

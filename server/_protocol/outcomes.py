@@ -66,8 +66,10 @@ from .._errors import (
     ProducerFenced,
     PartitionNotInitialized,
     ProducerClosed,
+    StaleGeneration,
     StorageError,
     TopicAlreadyExists,
+    UnknownGroup,
     UnknownTopic,
 )
 
@@ -206,6 +208,10 @@ UNKNOWN_TOPIC = _error(
 )
 TOPIC_ALREADY_EXISTS = _error(TopicAlreadyExists, "`POST /topics`: the topic exists, or its deletion is still "
                               "running", status=409)
+UNKNOWN_GROUP = _error(UnknownGroup, "`GET /groups/{group}/offsets`: the group has committed no offset", status=404)
+STALE_GENERATION = _error(StaleGeneration, "`POST /groups/{group}/offsets` with `generation`/`member_id`: the group "
+                          "is at another generation, or the member left it; nothing was committed; rejoin",
+                          status=409)
 _ITEMS = (
     _error(PartitionNotInitialized, "nothing was ever written to the partition",
            error_code="UNKNOWN_TOPIC_OR_PARTITION"),
@@ -239,7 +245,7 @@ PROTOCOL_ERROR = Outcome("ProtocolError", None, False, _U, "client: an answer it
 _ROWS: tuple[Outcome, ...] = (
     INVALID_REQUEST, ROLE_NOT_SERVED, NOT_FOUND, METHOD_NOT_ALLOWED, APPEND_FAILED, REQUEST_TIMEOUT, LENGTH_REQUIRED,
     REQUEST_TOO_LARGE, INTERNAL_ERROR, BACK_PRESSURE_REJECTED, SHUTTING_DOWN, PRODUCER_CLOSED, OUTCOME_UNKNOWN,
-    HTTP_PROTOCOL_ERROR, UNKNOWN_TOPIC, TOPIC_ALREADY_EXISTS, *_ITEMS, CONNECTION_REFUSED, CONNECTION_LOST, PROTOCOL_ERROR,
+    HTTP_PROTOCOL_ERROR, UNKNOWN_TOPIC, TOPIC_ALREADY_EXISTS, UNKNOWN_GROUP, STALE_GENERATION, *_ITEMS, CONNECTION_REFUSED, CONNECTION_LOST, PROTOCOL_ERROR,
 )
 OUTCOMES: Mapping[str, Outcome] = MappingProxyType({row.error_type: row for row in _ROWS})
 """Every row, by ``error_type``."""

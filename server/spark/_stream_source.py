@@ -3,13 +3,16 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
-from .._errors import ConfigError
+from .._errors import ConfigError, InvalidRequest, LlogError
+from .._groups.offsets import GroupOffsets
+from .._protocol.keys import TopicPartition, validate_group
 from ._options import _int_opt, _opt, _partition_list, _resolve, _topic, parse_offsets, read_options, storage_env
 from ._read_source import DEFAULT_CHUNK_RECORDS, OffsetRange, _chunks, _Log, read_range
 
@@ -17,6 +20,8 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 __all__ = ["LlogStreamReader"]
+
+log = logging.getLogger(__name__)
 
 
 # -- streaming read ----------------------------------------------------------------------------------
@@ -42,6 +47,14 @@ class LlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.chunk = _int_opt(options, "maxRecordsPerPartition", DEFAULT_CHUNK_RECORDS)
         self.max_per_trigger = _int_opt(options, "maxRecordsPerTrigger", None)
         self.discovery_interval_s = (_int_opt(options, "partitionDiscoveryIntervalMs", 10_000, 0) or 0) / 1000.0
+        self.group = _opt(options, "commitToGroup")
+        """A consumer group each completed micro-batch's end offsets are committed to (off when unset):
+        operators see the stream's lag; Spark's checkpoint stays what the stream resumes from."""
+        if self.group is not None:
+            try:
+                validate_group(self.group)
+            except InvalidRequest as exc:
+                raise ConfigError(f"option commitToGroup: {exc.message}") from None
         self._target: dict[int, int] | None = None
         self._log: _Log | None = None
         self._known: list[int] = []
@@ -131,7 +144,19 @@ class LlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return read_range(self.env, partition, self.include_headers)
 
     def commit(self, end: dict) -> None:
-        """Nothing to do: the log keeps no consumer state."""
+        """With ``commitToGroup``, the micro-batch's end offsets become the group's
+        committed offsets (best effort: a failure is logged, the stream goes on)."""
+        if self.group is None:
+            return
+        offsets = [(TopicPartition(topic, int(p)), int(nxt), "spark")
+                   for topic, parts in end.items() for p, nxt in parts.items() if int(nxt) > 1]
+        if not offsets:
+            return
+        lg = self._lg()
+        try:
+            GroupOffsets(lg.meta, lg.layout).commit(self.group, offsets)
+        except LlogError as exc:
+            log.warning("committing the stream's offsets to group %s failed: %s", self.group, exc)
 
     def stop(self) -> None:
         if self._log is not None:

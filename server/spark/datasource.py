@@ -73,6 +73,10 @@ Options (case-insensitive):
 ``maxRecordsPerTrigger``           stream: most records per micro-batch (default: all)
 ``partitionDiscoveryIntervalMs``   stream: how often new partitions are looked for
                                    (default 10000; 0 = every micro-batch)
+``commitToGroup``                  stream: commit each completed micro-batch's end
+                                   offsets to this consumer group (default: none), so
+                                   ``llog-admin groups describe`` shows the stream's lag;
+                                   the checkpoint stays what the stream resumes from
 ``includeHeaders``                 read: ``true`` adds the ``headers`` column (default
                                    ``false``; :class:`~server.spark._options.ReadOptions`)
 ``oxia.serviceAddress``            ... and ``oxia.namespace``, ``rootPrefix``,

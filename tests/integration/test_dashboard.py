@@ -100,7 +100,7 @@ def test_every_panel_returns_data_from_a_real_broker_and_compactor(
     compactor = Service(llog_env, tmp_path, "dash-compactor", extra_env={
         "LLOG_COMPACTOR_DISCOVERY_INTERVAL_MS": "500", "LLOG_VACUUM_INTERVAL_MS": "1000",
         "LLOG_VACUUM_GRACE_MS": "1000",
-        "LLOG_VACUUM_ALLOW_UNSAFE_GRACE": "true",
+        "LLOG_VACUUM_ALLOW_UNSAFE_GRACE": "true", "LLOG_RETENTION_INTERVAL_MS": "1000",
     })
     try:
         compactor.wait_healthy()
@@ -118,6 +118,12 @@ def test_every_panel_returns_data_from_a_real_broker_and_compactor(
                    "a vacuum pass to be scraped")
         wait_until(lambda: _has_value(prometheus, "sum(llog_consume_long_poll_wait_seconds_count)"), 30,
                    "a long poll to be scraped")
+        committed = broker.client.request("POST", f"/groups/{topic}-group/offsets", {"offsets": [
+            {"topic": topic, "partition": 0, "offset": 1}]})
+        assert committed.status == 200, committed.json
+        lag = f'sum(llog_consumer_group_lag{{group="{topic}-group"}})'  # in the panels' range, at a 1 s step
+        wait_until(lambda: prometheus.query_range(lag, start_s=started, end_s=time.time(), step_s=1.0)["result"],
+                   60, "a consumer group's lag to be scraped")
         failures = _empty_panels(prometheus, started, time.time())
     finally:
         compactor.close()

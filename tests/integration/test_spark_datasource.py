@@ -416,7 +416,8 @@ def test_a_stream_micro_batch_run_again_stores_its_rows_once(spark, broker_facto
     fill(broker.client, source, {0: 300, 1: 300}, tag="s")
     query = (
         spark.readStream.format("llog").options(**llog_options(llog_env)).option("topic", source)
-        .option("startingOffsets", "earliest").option("maxRecordsPerTrigger", "400").load()
+        .option("startingOffsets", "earliest").option("maxRecordsPerTrigger", "400")
+        .option("commitToGroup", f"{source}-copier").load()
         .select("partition", "value")
         .writeStream.format("llog").option("topic", sink).option("brokers", broker.url)
         .option("maxBatchBytes", "2048").option("_failFirstAttemptAfterRows", "100")
@@ -428,6 +429,11 @@ def test_a_stream_micro_batch_run_again_stores_its_rows_once(spark, broker_facto
     assert copied == Counter(r.value for r in read(spark, llog_env, topic=source).collect())
     assert max(copied.values()) == 1
     assert broker.client.counter("writer_duplicate_batches_total") > 0
+    # The stream committed its micro-batches' end offsets to its group (Spark commits a batch's
+    # source offsets when it plans the next one, so the last batch's may not be there yet).
+    offsets = broker.client.request("GET", f"/groups/{source}-copier/offsets").json["offsets"]
+    assert sorted(o["partition"] for o in offsets) == [0, 1]
+    assert all(1 < o["offset"] <= 301 and o["metadata"] == "spark" for o in offsets), offsets
 
 
 def test_a_broker_killed_during_a_write_leaves_every_row_once(spark, broker_factory, llog_env, tmp_path: Path) -> None:

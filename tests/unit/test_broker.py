@@ -33,6 +33,7 @@ from server._catalogue.catalogue import TopicCatalogue
 from server._catalogue.topic_config import TopicDefaults
 from server._protocol.keys import LogLayout
 from server._log.producer_ids import ProducerIds
+from server._groups.offsets import GroupOffsets
 
 OXIA = OxiaConfig("fake:1", root_prefix="llog")
 S3 = S3Config("llog")
@@ -84,7 +85,7 @@ class Cluster:
                                      cache_ms=cfg.topic_cache_ms)
         ids = ProducerIds(self.meta, LogLayout("llog")) if producer is not None else None
         broker = Broker(cfg, producer=producer, reader=reader, cache=cache, metrics=metrics, topics=catalogue,
-                        producer_ids=ids)
+                        producer_ids=ids, group_offsets=GroupOffsets(self.meta, LogLayout("llog")))
         self.brokers.append(broker)
         return broker
 

@@ -262,6 +262,12 @@ def _created_twice(cluster: Cluster) -> tuple[int, dict[str, Any]]:
     return _answer(broker.topics_route(create, "POST", None))
 
 
+def _stale_generation(cluster: Cluster) -> tuple[int, dict[str, Any]]:
+    cluster.writer.initialize_partition("t", 0)
+    commit = json.dumps({"offsets": [{"topic": "t", "partition": 0, "offset": 1}], "generation": 2}).encode()
+    return _answer(cluster.broker().groups_route(commit, "POST", "billing", ""))
+
+
 def _failing_health(broker: Any) -> None:
     def health(body: bytes) -> Any:
         raise RuntimeError("a bug")
@@ -290,6 +296,8 @@ SCENARIOS: dict[str, list[Callable[[Cluster], tuple[int, dict[str, Any]]]]] = {
         lambda c: _over_http(c, b"GET /topics/nope HTTP/1.1\r\nHost: x\r\n\r\n", topics=TopicDefaults()),
     ],
     "TopicAlreadyExists": [_created_twice],
+    "UnknownGroup": [lambda c: _over_http(c, b"GET /groups/nobody/offsets HTTP/1.1\r\nHost: x\r\n\r\n")],
+    "StaleGeneration": [_stale_generation],
     "LengthRequired": [lambda c: _over_http(c, b"POST /produce HTTP/1.1\r\nHost: x\r\n\r\n")],
     "RequestTimeout": [  # a body that stops short of its Content-Length
         lambda c: _over_http(c, b"POST /produce HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n{}",

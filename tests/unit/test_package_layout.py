@@ -47,6 +47,7 @@ LAYERS: dict[str, int] = {
     "server._storage": 3,
     "server._log": 4,
     "server._catalogue": 4,
+    "server._groups": 4,
     "server._http_server": 5,
     "server._broker": 6,
     "server._admin": 6,

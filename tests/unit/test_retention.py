@@ -148,6 +148,8 @@ def test_vacuum_deletes_below_the_log_start_only_after_its_grace(stores):
 def test_a_deleted_topic_is_retired_emptied_and_forgotten_and_its_name_comes_back_empty(stores):
     from server._catalogue.catalogue import TopicCatalogue
     from server._compaction.topic_removal import remove_deleted_topics
+    from server._groups.offsets import GroupOffsets
+    from server._protocol.keys import TopicPartition
     from server._log.initialize import initialize_log
     from server._log.retire import revive_log
     from server._protocol.records import PendingAppend
@@ -170,8 +172,11 @@ def test_a_deleted_topic_is_retired_emptied_and_forgotten_and_its_name_comes_bac
     def remove() -> list:
         return remove_deleted_topics(meta, layout, catalogue, grace_ms=0)
 
+    groups = GroupOffsets(meta, layout)
+    groups.commit("billing", [(TopicPartition("orders", 1), 2, "")])
     (first,) = remove()  # retired (fenced, start at the counter), not emptied yet
     assert (first.retired, first.forgotten) == (2, False)
+    assert groups.fetch("billing") == {}  # the groups' offsets of a removed topic go with it
     assert (control(stores).log_state, control(stores).log_start_offset, control(stores).sequence_counter) == (
         "FENCED", 7, 7)
     with make(stores, Vacuum, grace_ms=0, allow_unsafe_grace=True) as v:

@@ -1,0 +1,1 @@
+"""Consumer groups: committed offsets per (group, topic, partition) in Oxia (``offsets.py``)."""
