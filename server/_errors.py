@@ -183,7 +183,12 @@ class UnknownGroup(LlogError):
 
 class StaleGeneration(LlogError):
     """A conditional commit named a generation or member the group no longer has
-    (Kafka's ILLEGAL_GENERATION / UNKNOWN_MEMBER_ID); nothing was committed."""
+    (Kafka's ILLEGAL_GENERATION / UNKNOWN_MEMBER_ID); nothing was committed.
+    ``field`` names which: ``generation`` or ``member_id``."""
+
+    def __init__(self, message: str, *, field: str = "generation", **kwargs) -> None:
+        super().__init__(message, **kwargs)
+        self.field = field
 
 
 class BackPressureRejected(LlogError):

@@ -15,8 +15,9 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from .._groups.offsets import GroupOffsets, MAX_METADATA_LENGTH
-from .._http_server import Response
-from .._errors import InvalidRequest
+from .._http_server import Response, error_response
+from .._errors import InvalidRequest, StaleGeneration, UnknownGroup
+from .._protocol.outcomes import STALE_GENERATION, UNKNOWN_GROUP
 from .._protocol.http_json import MAX_INT32, InvalidField, parse_json_body
 from .._protocol.keys import TopicPartition, validate_group, validate_topic
 
@@ -35,9 +36,13 @@ def groups_route(offsets: GroupOffsets, body: bytes, method: str, group: str | N
         raise InvalidField(exc.message, "group") from None
     if method == "GET":
         topic = _topic_query(query)
+        try:
+            found = offsets.fetch_bounded(group, topic)
+        except UnknownGroup as exc:
+            return error_response(UNKNOWN_GROUP, str(exc), "group")
         return Response(200, {"group": group, "offsets": [
             {"topic": tp.topic, "partition": tp.partition, "offset": c.offset, "metadata": c.metadata,
-             "committed_at_ms": c.committed_at_ms} for tp, c in offsets.fetch_bounded(group, topic).items()]})
+             "committed_at_ms": c.committed_at_ms} for tp, c in found.items()]})
     doc = parse_json_body(body)
     for key in doc:
         if key not in _COMMIT_FIELDS:
@@ -51,7 +56,10 @@ def groups_route(offsets: GroupOffsets, body: bytes, method: str, group: str | N
     if member is not None and not isinstance(member, str):
         raise InvalidField(f"member_id must be a string, got {member!r}", "member_id")
     parsed = [_offset(item, i) for i, item in enumerate(items)]
-    offsets.commit(group, parsed, generation=generation, member=member)
+    try:
+        offsets.commit(group, parsed, generation=generation, member=member)
+    except StaleGeneration as exc:
+        return error_response(STALE_GENERATION, str(exc), exc.field)
     return Response(200, {"group": group, "committed": len(parsed)})
 
 

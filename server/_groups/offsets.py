@@ -166,7 +166,7 @@ class GroupOffsets:
                                   "a rebalance happened; rejoin the group")
         if member is not None and member not in doc.get("members", ()):
             raise StaleGeneration(f"{member!r} is not a member of group {group!r}'s generation "
-                                  f"{doc.get('generation')}; rejoin the group")
+                                  f"{doc.get('generation')}; rejoin the group", field="member_id")
 
 
 @dataclass(frozen=True)

@@ -33,12 +33,12 @@ def test_commit_fetch_list_and_the_console_shows_the_lag(broker_factory, llog_en
     assert group in client.request("GET", "/groups").json["groups"]
 
     unknown = client.request("GET", "/groups/nobody-at-all/offsets")
-    assert (unknown.status, unknown.json["error_type"]) == (404, "UnknownGroup")
+    assert (unknown.status, unknown.json["error_type"], unknown.json["field"]) == (404, "UnknownGroup", "group")
     past = client.request("POST", path, {"offsets": [{"topic": unique_topic, "partition": 1, "offset": 3}]})
     assert (past.status, past.json["field"]) == (400, "offsets[0].offset")
     stale = client.request("POST", path, {"offsets": [{"topic": unique_topic, "partition": 0, "offset": 4}],
                                           "generation": 7, "member_id": "m-1"})
-    assert (stale.status, stale.json["error_type"]) == (409, "StaleGeneration")
+    assert (stale.status, stale.json["error_type"], stale.json["field"]) == (409, "StaleGeneration", "generation")
 
     def admin(*argv: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "server.leaderless_log_admin", "groups", *argv],

@@ -100,7 +100,7 @@ def test_the_routes_commit_fetch_and_list(cluster):
     assert (item["topic"], item["partition"], item["offset"], item["metadata"]) == ("orders", 0, 3, "m")
     assert doc(b.groups_route(b"", "GET", None, ""))["groups"] == ["billing"]
     missing = b.groups_route(b"", "GET", "nobody", "")
-    assert (missing.status, doc(missing)["error_type"]) == (404, "UnknownGroup")
+    assert (missing.status, doc(missing)["error_type"], doc(missing)["field"]) == (404, "UnknownGroup", "group")
 
 
 @pytest.mark.parametrize("body, field", [
@@ -126,7 +126,11 @@ def test_a_stale_generation_is_a_409_and_a_bad_group_or_topic_query_a_400(cluste
     b = cluster.broker()
     status, answer = _post(b, "billing", {"offsets": [{"topic": "orders", "partition": 0, "offset": 1}],
                                          "generation": 4, "member_id": "m"})
-    assert (status, answer["error_type"]) == (409, "StaleGeneration")
+    assert (status, answer["error_type"], answer["field"]) == (409, "StaleGeneration", "generation")
+    GroupOffsets(cluster.meta, LAYOUT).set_generation("billing", 4, ["m-1"])
+    status, answer = _post(b, "billing", {"offsets": [{"topic": "orders", "partition": 0, "offset": 1}],
+                                         "generation": 4, "member_id": "m-9"})
+    assert (status, answer["error_type"], answer["field"]) == (409, "StaleGeneration", "member_id")
     bad = b.groups_route(b"", "GET", "a\nb", "")
     assert (bad.status, doc(bad)["field"]) == (400, "group")
     bad = b.groups_route(b"", "GET", "billing", "topic=a/b")
