@@ -86,24 +86,23 @@ def validate_topic(topic: object) -> str:
     return topic
 
 
+def _printable_name(value: object, what: str, limit: int) -> str:
+    """``value`` if it is 1-``limit`` characters, none of them a control character."""
+    if not isinstance(value, str):
+        raise InvalidRequest(f"{what} must be a string, got {type(value).__name__}")
+    if not 1 <= len(value) <= limit or any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise InvalidRequest(f"invalid {what} {value!r}: use 1-{limit} printable characters")
+    return value
+
+
 def validate_producer_name(name: object) -> str:
-    """Return ``name`` if it can name a producer (Kafka's ``transactional.id``):
-    1-249 characters, none of them a control character."""
-    if not isinstance(name, str):
-        raise InvalidRequest(f"producer name must be a string, got {type(name).__name__}")
-    if not 1 <= len(name) <= MAX_PRODUCER_NAME_LENGTH or any(ord(c) < 32 or ord(c) == 127 for c in name):
-        raise InvalidRequest(f"invalid producer name {name!r}: use 1-{MAX_PRODUCER_NAME_LENGTH} printable characters")
-    return name
+    """Return ``name`` if it can name a producer (Kafka's ``transactional.id``)."""
+    return _printable_name(name, "producer name", MAX_PRODUCER_NAME_LENGTH)
 
 
 def validate_group(group: object) -> str:
-    """Return ``group`` if it can name a consumer group (Kafka's ``group.id``):
-    1-249 characters, none of them a control character."""
-    if not isinstance(group, str):
-        raise InvalidRequest(f"group must be a string, got {type(group).__name__}")
-    if not 1 <= len(group) <= MAX_GROUP_LENGTH or any(ord(c) < 32 or ord(c) == 127 for c in group):
-        raise InvalidRequest(f"invalid group {group!r}: use 1-{MAX_GROUP_LENGTH} printable characters")
-    return group
+    """Return ``group`` if it can name a consumer group (Kafka's ``group.id``)."""
+    return _printable_name(group, "group", MAX_GROUP_LENGTH)
 
 
 def validate_partition(partition: object, topic: str | None = None) -> int:
