@@ -28,6 +28,7 @@ from ._binaries import (
     file_lock,
 )
 from ._oxia import OxiaCluster, OxiaServerPorts, OxiaStandalone, shard_leaders
+from ._jars import ensure_jars, java, kafka_tools_classpath, spark_kafka_jars
 from ._process import ManagedProcess, StackError, die_with_parent_argv, free_ports
 from ._prometheus import PrometheusQueryError, PrometheusServer, ScrapeTarget, query, query_range
 from ._s3 import S3Server, ensure_bucket, s3_client
@@ -43,6 +44,10 @@ from ._stack import (
 )
 
 __all__ = [
+    "ensure_jars",
+    "java",
+    "kafka_tools_classpath",
+    "spark_kafka_jars",
     "file_lock",
     "LocalStack",
     "StackSettings",

@@ -23,7 +23,8 @@ from types import FrameType
 from server._errors import LlogError
 
 from ._binaries import S3_KINDS, ensure_oxia, ensure_prometheus, ensure_s3_server
-from ._process import free_ports
+from ._jars import JARS, ensure_jars
+from ._process import StackError, free_ports
 from ._prometheus import DEFAULT_METRICS_PATH, PrometheusServer, ScrapeTarget
 from ._stack import OXIA_MODES, LocalStack, StackSettings, default_s3_kind, read_state, stop_from_state
 
@@ -47,6 +48,11 @@ def _cmd_install(args: argparse.Namespace) -> int:
         ensure_s3_server(kind)
     if args.prometheus:
         ensure_prometheus()
+    for name in JARS:
+        try:
+            ensure_jars(name)
+        except StackError as exc:  # only the Kafka compatibility tests and steps need them
+            _say("WARNING: %s", exc)
     return 0
 
 

@@ -65,7 +65,10 @@ class SparkWarmup:
             from server.spark.produce_job import ProduceOptions, load_input, prepare_records, spark_session
 
             started = time.monotonic()
-            self.spark = spark_session("llog-quick-run", master="local[2]", conf=self.CONF)
+            from devstack import spark_kafka_jars  # Spark's Kafka connector, for the read through the listener
+
+            conf = {**self.CONF, "spark.jars": ",".join(spark_kafka_jars())}
+            self.spark = spark_session("llog-quick-run", master="local[2]", conf=conf)
             self.session_s = time.monotonic() - started
             self._make_active()  # getOrCreate may have returned a session another thread made
             sample = self.workdir / "warmup"

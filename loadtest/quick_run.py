@@ -2,7 +2,8 @@
 
 1. stack      start Oxia (standalone) and MinIO with a bucket; Spark starts on
               a thread from here on, beside the next steps
-2. services   start one broker (both roles) and the compactor service
+2. services   start one broker (both roles, with its Kafka listener) and the
+              compactor service
 3. prometheus start the project's Prometheus (Debian's package, fetched and
               cached on first use) with file-based service discovery on the
               broker and the compactor service, scraping each every second;
@@ -17,10 +18,12 @@
 8. compact    wait until the compactor service has compacted every partition
 9. spark      read the topic with ``spark.read.format("llog")`` (straight from
               Oxia + S3) and check count and checksum again
-10. dashboard draw the panels of grafana/leaderless-log-observability.json over
+10. kafka     read the topic with Spark's own ``spark.read.format("kafka")``
+              through the broker's Kafka listener and check it again
+11. dashboard draw the panels of grafana/leaderless-log-observability.json over
               the run from Prometheus: one PNG per dashboard row and an
               index.html showing them (as ``python -m dashboard.render``)
-11. report    records, MB, produce MB/s, end-to-end time, S3 and Oxia operation
+12. report    records, MB, produce MB/s, end-to-end time, S3 and Oxia operation
               counts, storage under the prefix, where the data lives, and the
               dashboard's index.html and PNGs
 
@@ -118,7 +121,7 @@ def counter_sum(snapshot: dict, name: str, **labels: str) -> float:
 
 
 def run(args: argparse.Namespace, r: Run) -> int:
-    from devstack import LocalStack, s3_client
+    from devstack import LocalStack, free_ports, s3_client
     from server.leaderless_log_reader import LeaderlessLogReader
 
     with ExitStack() as stack:
@@ -141,7 +144,10 @@ def run(args: argparse.Namespace, r: Run) -> int:
         stack.callback(warmup.stop)
 
         r.begin("services", "starting the broker and the compactor service")
-        broker = start_service("broker", "server.leaderless_log_broker", ["--role", "both"], env,
+        (kafka_port,) = free_ports(1)
+        kafka = f"127.0.0.1:{kafka_port}"
+        broker = start_service("broker", "server.leaderless_log_broker", ["--role", "both", "--kafka-port",
+                                                                          str(kafka_port)], env,
                                data_dir / "logs", die_with_parent=not args.keep)
         if not args.keep:
             stack.callback(broker.process.stop)
@@ -151,7 +157,7 @@ def run(args: argparse.Namespace, r: Run) -> int:
                                   data_dir / "logs", die_with_parent=not args.keep)
         if not args.keep:
             stack.callback(compactor.process.stop)
-        r.say(f"broker {broker.url}, compactor service {compactor.url}")
+        r.say(f"broker {broker.url} (Kafka listener {kafka}), compactor service {compactor.url}")
         warmup.broker_ready(broker.url)
         observability = start_prometheus(r, data_dir, (broker, compactor), args, stack)
 
@@ -204,6 +210,10 @@ def run(args: argparse.Namespace, r: Run) -> int:
         spark_tally = spark_read_tally(spark, TOPIC, args.partitions, key_field=key_column)
         check(r, "spark", expected, spark_tally)
 
+        r.begin("kafka", f'reading the topic with spark.read.format("kafka") from the Kafka listener {kafka}')
+        kafka_tally = spark_read_tally(spark, TOPIC, args.partitions, key_field=key_column, kafka=kafka)
+        check(r, "kafka", expected, kafka_tally)
+
         drawn = render_dashboard(r, observability, dashboard_dir(args, data_dir))
         r.begin("report", "")
         report(r, settings, env, broker, compactor, expected, summary, data_dir, s3_client)
@@ -212,6 +222,7 @@ def run(args: argparse.Namespace, r: Run) -> int:
             prometheus_pid = observability.prometheus.processes[0].pid
             print("\nEverything keeps running:")
             print(f"  broker             {broker.url}  (POST /produce, POST /consume, GET /metrics)")
+            print(f"  Kafka listener     {kafka}  (bootstrap.servers for any Kafka client)")
             print(f"  compactor service  {compactor.url}  (GET /health, /metrics)")
             print(f"  Prometheus         {observability.url}  (scraping both; PromQL at {observability.url}/graph)")
             print(f"  Oxia {settings.oxia_address}   MinIO {settings.s3_endpoint_url}")
@@ -296,12 +307,17 @@ def check(r: Run, step: str, expected: Tally, got: Tally) -> None:
     r.say(f"{got.count:,} records, checksum {got.checksum:016x}: match the input{keys}")
 
 
-def spark_read_tally(spark, topic: str, partitions: int, key_field: str | None = None) -> Tally:
+def spark_read_tally(spark, topic: str, partitions: int, key_field: str | None = None,
+                     kafka: str | None = None) -> Tally:
     """Count and checksum of the topic's values read with Spark; with ``key_field``, each
-    record's key (Kafka's ``key`` column) checked against that field of its value."""
+    record's key (Kafka's ``key`` column) checked against that field of its value. With
+    ``kafka`` (a bootstrap server), through Spark's own Kafka source and llog's listener."""
     from loadtest._pipeline import MASK64
 
-    df = spark.read.format("llog").option("topic", topic).load()
+    if kafka is None:
+        df = spark.read.format("llog").option("topic", topic).load()
+    else:
+        df = spark.read.format("kafka").option("kafka.bootstrap.servers", kafka).option("subscribe", topic).load()
 
     def part_tally(rows):
         part = Tally()

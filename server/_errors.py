@@ -7,8 +7,10 @@ through ``retriable`` whether trying the same call again can help::
     LlogError
     ├── ConfigError                    bad or missing configuration (not retriable)
     ├── InvalidRequest                 bad caller input: topic, partition, payloads (not retriable)
-    │   └── InvalidField               (_protocol/http_json.py) an HTTP request field is wrong: 400, names the field
-    │       └── TooLarge               (_protocol/http_json.py) over a size limit of the broker: 413
+    │   ├── InvalidField               (_protocol/http_json.py) an HTTP request field is wrong: 400, names the field
+    │   │   └── TooLarge               (_protocol/http_json.py) over a size limit of the broker: 413
+    │   └── MalformedFrame             (_kafka/codec.py) a Kafka request that cannot be served: the
+    │                                  listener closes the connection
     ├── UnknownTopic                   the topic is not in the catalogue, or the partition not below its count
     ├── TopicAlreadyExists             a create named an existing topic (or one still being deleted)
     ├── PartitionNotInitialized        the partition has no meta/control record

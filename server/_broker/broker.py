@@ -32,7 +32,6 @@ import os
 import threading
 import time
 import uuid
-from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Mapping, Sequence
 
@@ -52,7 +51,6 @@ from .._storage.stores import Stores
 from .._metrics import PRESENT_AT_START, LlogMetrics
 from .._runtime import REAL_RUNTIME, Runtime
 from .._protocol.http_json import (
-    TooLarge,
     append_result_json,
     consumed_partition_json,
     parse_consume,
@@ -76,7 +74,7 @@ from .topics import BrokerTopics
 from .config import BrokerConfig
 from .consume import BrokerConsumeService
 from .._protocol.consume_binary import CONSUME_BINARY_CONTENT_TYPE, accepts_binary_consume, encode_binary_consume
-from .produce_encoding import encode_groups
+from .appends import Appends
 from .tail_cache import TailCache
 from .tail_cache_file import make_tail_cache
 
@@ -138,8 +136,6 @@ class Broker:
         self.started_at_ms = int(time.time() * 1000)
         self.port = config.port
         self._draining = threading.Event()
-        self._pending_lock = threading.Lock()
-        self._pending_writes: dict[TopicPartition, int] = {}
         self._inflight = 0
         self._inflight_cond = threading.Condition()
         self._closed = False
@@ -148,6 +144,7 @@ class Broker:
         self.topics = topics
         self.producer_ids = producer_ids
         self.group_offsets = group_offsets
+        self.appends = None if producer is None else Appends(producer, cache, topics)
         self.consume_service: BrokerConsumeService | None = None
         if reader is not None:
             self.consume_service = BrokerConsumeService(
@@ -204,6 +201,22 @@ class Broker:
                 part.close()
             raise
 
+    @property
+    def stores(self) -> Stores | None:
+        """The stores the parts share, when the broker opened them (``from_env``)."""
+        return self._stores
+
+    @property
+    def layout(self) -> LogLayout:
+        return self._part().layout
+
+    @property
+    def runtime(self) -> Runtime:
+        return self._part().runtime
+
+    def _part(self) -> Any:
+        return self.producer.writer if self.producer is not None else self.reader
+
     def bind_port(self, port: int) -> None:
         """The port the HTTP server bound (config port 0 picks one)."""
         self.port = port
@@ -211,7 +224,7 @@ class Broker:
 
     def _report_info(self) -> None:
         config = self.config
-        part: Any = self.producer.writer if self.producer is not None else self.reader
+        part = self._part()
         self.metrics.set_info(
             broker_id=config.broker_id, role=config.role, host=config.host, started_at_ms=self.started_at_ms,
             tail_cache_mode=self.cache.mode, tail_cache_dir=config.tail_cache_dir,
@@ -308,43 +321,23 @@ class Broker:
     @answers_errors
     def produce(self, body: bytes, content_type: str | None = None) -> Response:
         """A JSON body, or the binary one by its ``Content-Type`` (``binary.py``)."""
-        if self.producer is None:
+        if self.appends is None:
             return self._role_refused("POST /produce", "write")
         started = time.monotonic()
         request = parse_produce_body(body, content_type, max_records=self.config.max_records_per_request)
-        groups = request.groups
-        configs = {} if self.topics is None else self.topics.check_produce(g.tp for g in groups)
-        groups = encode_groups(groups, configs, self.producer.runtime.clock.now_ms())
-        # What the producer buffers is the encoded batches: that is what the cap bounds.
-        nbytes = sum(g.payload_bytes for g in groups)
-        cap = self.producer.config.max_buffer_bytes
-        if nbytes > cap:
-            raise TooLarge(
-                f"the request's records take {nbytes} bytes as stored batches, more than the producer's "
-                f"buffer of {cap} (LLOG_BATCH_MAX_BUFFER_BYTES); split it",
-                "topic_partitions",
-            )
+        groups = self.appends.prepare(request.groups)
         if not groups:  # a flush-only request (the parser allows none only with flush)
-            self.producer.request_flush()
+            self.appends.producer.request_flush()
             return Response(200, {"results": [], "success_count": 0, "error_count": 0})
         request_id = _new_request_id()
-        log.debug(
-            "produce %s: %d batches, %d records, %d payload bytes", request_id, len(groups),
-            request.record_count, nbytes,
-        )
-        self._writes_begin(groups)
+        log.debug("produce %s: %d batches, %d records", request_id, len(groups), request.record_count)
         try:
-            future = self.producer.submit(groups, request_id=request_id, flush=request.flush)
+            future = self.appends.submit(groups, request_id=request_id, flush=request.flush)
         except BackPressureRejected as exc:
-            self._writes_end(groups)
             results = [AppendResult(g.topic, g.partition, len(g.payloads), error=exc) for g in groups]
-        except BaseException as exc:
-            self._writes_end(groups)
-            if isinstance(exc, ProducerClosed):
-                return error_response(PRODUCER_CLOSED, "the broker is shutting down", headers=[("Retry-After", "1")])
-            raise
+        except ProducerClosed:
+            return error_response(PRODUCER_CLOSED, "the broker is shutting down", headers=[("Retry-After", "1")])
         else:
-            future.add_done_callback(lambda f: self._fill_cache(groups, f))
             try:
                 results = future.result(self.config.produce_timeout_ms / 1000.0)
             except FutureTimeout:
@@ -361,40 +354,8 @@ class Broker:
         )
         return self._produce_response(results, groups, started)
 
-    def _fill_cache(self, groups: Sequence[SharedAppendGroup], future: Future) -> None:
-        """Runs when the flush resolves (normally on the flusher thread, in
-        commit order): committed slices go to the tail cache, which wakes
-        consumes waiting on those partitions."""
-        try:
-            results = future.result()
-            for g, res in zip(groups, results):
-                if res.ok and res.start_offset is not None and not res.duplicate:
-                    self.cache.publish(g.tp, res.start_offset, g.payloads)
-        except Exception:  # the cache is an optimization; never fail a produce for it
-            log.warning("tail cache fill failed", exc_info=True)
-        finally:
-            self._writes_end(groups)
-            for tp in {g.tp for g in groups}:
-                self.signals.notify(tp)  # also after a failure: deferred consumes re-check
-
-    def _writes_begin(self, groups: Sequence[SharedAppendGroup]) -> None:
-        with self._pending_lock:
-            for g in groups:
-                self._pending_writes[g.tp] = self._pending_writes.get(g.tp, 0) + 1
-
-    def _writes_end(self, groups: Sequence[SharedAppendGroup]) -> None:
-        with self._pending_lock:
-            for g in groups:
-                left = self._pending_writes.get(g.tp, 0) - 1
-                if left > 0:
-                    self._pending_writes[g.tp] = left
-                else:
-                    self._pending_writes.pop(g.tp, None)
-
     def _writes_pending(self, tp: TopicPartition) -> bool:
-        """Whether a produce of this broker to ``tp`` awaits its flush."""
-        with self._pending_lock:
-            return tp in self._pending_writes
+        return self.appends is not None and self.appends.pending(tp)
 
     def _produce_response(
         self, results: Sequence[AppendResult], groups: Sequence[SharedAppendGroup], started: float

@@ -32,6 +32,7 @@ from .._storage.billing import S3Prices
 from .broker import Broker
 from .config import BrokerConfig
 from .http import BrokerHTTPServer
+from .kafka_front import KafkaFront
 
 from .._catalogue.topic_config import TopicDefaults
 
@@ -76,6 +77,12 @@ def serve(config: BrokerConfig, env: Mapping[str, str], stop: threading.Event) -
     except BaseException:
         broker.close()
         raise
+    try:
+        kafka = KafkaFront(broker) if config.kafka_port is not None else None
+    except BaseException:
+        server.server_close()
+        broker.close()
+        raise
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, name="llog-broker-http")
     thread.start()
     try:
@@ -85,7 +92,11 @@ def serve(config: BrokerConfig, env: Mapping[str, str], stop: threading.Event) -
         print(json.dumps({
             "event": "listening", "broker_id": config.broker_id, "role": config.role,
             "host": config.host, "port": broker.port, "tail_cache": broker.cache.mode,
+            "kafka_port": None if kafka is None else kafka.port,
         }), flush=True)
+        if kafka is not None:
+            log.info("broker %s: Kafka listener on %s:%d (node %d)", config.broker_id, config.kafka_host, kafka.port,
+                     kafka.nodes.me.node_id if kafka.nodes else -1)
         log.info("broker %s (role %s) listening on http://%s:%d", config.broker_id, config.role, config.host,
                  broker.port)
         stop.wait()
@@ -93,6 +104,8 @@ def serve(config: BrokerConfig, env: Mapping[str, str], stop: threading.Event) -
         log.info("broker %s shutting down", config.broker_id)
         server.shutdown()  # stop accepting
         server.server_close()
+        if kafka is not None:
+            kafka.close()
         thread.join()
         broker.close()
         log.info("broker %s stopped", config.broker_id)

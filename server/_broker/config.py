@@ -86,8 +86,33 @@ class BrokerConfig:
         env="LLOG_TAIL_CACHE_POLL_MS", default=10, min=1, max=1000,
     )
 
+    kafka_port: int | None = setting(
+        "Port of the Kafka protocol listener (KAFKA_API.md); unset: no listener. 0 picks a free port.",
+        env="LLOG_KAFKA_PORT", default=None, kind=int, min=0, max=65_535,
+    )
+    kafka_advertised_host: str | None = setting(
+        "Host name Metadata gives Kafka clients for this broker (unset: the bind address, or the machine's "
+        "host name when that is a wildcard).", env="LLOG_KAFKA_ADVERTISED_HOST", default=None, min=1, max=255,
+    )
+    kafka_threads: int = setting(
+        "Threads handling Kafka requests (a produce waiting for its flush or a fetch long-polling holds one).",
+        env="LLOG_KAFKA_THREADS", default=64, min=2, max=4096,
+    )
+    kafka_max_inflight: int = setting(
+        "Requests of one Kafka connection queued or running at once; the listener reads no more until one "
+        "is answered.", env="LLOG_KAFKA_MAX_INFLIGHT", default=16, min=2, max=1024,
+    )
+    kafka_group_initial_rebalance_delay_ms: int = setting(
+        "How long a Kafka group's coordinator waits for more members after the first joins an empty group "
+        "(Kafka's group.initial.rebalance.delay.ms).", env="LLOG_KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS",
+        default=3_000, min=0, max=300_000,
+    )
+
     def __post_init__(self) -> None:
         check_settings(self)
+        if self.kafka_port is not None and self.role != "both":
+            raise ConfigError(f"the Kafka listener (LLOG_KAFKA_PORT) needs role 'both', not {self.role!r}: "
+                              "Metadata names every listener as a partition's leader, for writes and reads")
         if not self.broker_id.isprintable():
             raise ConfigError(f"LLOG_BROKER_ID must be printable characters only, got {self.broker_id!r}")
 
@@ -98,6 +123,13 @@ class BrokerConfig:
     @property
     def serves_consume(self) -> bool:
         return self.role in ("read", "both")
+
+    @property
+    def kafka_host(self) -> str:
+        """What Metadata names as this broker's host."""
+        if self.kafka_advertised_host:
+            return self.kafka_advertised_host
+        return socket.gethostname() if self.host in ("", "0.0.0.0", "::") else self.host
 
     @property
     def tail_cache_enabled(self) -> bool:

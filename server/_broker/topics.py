@@ -83,6 +83,21 @@ class BrokerTopics:
             raise UnknownTopic(f"topic {tp.topic!r} has {topic.partitions} partitions, not partition {tp.partition}",
                                topic=tp.topic, partition=tp.partition)
 
+    def describe(self, name: str, *, create: bool = False) -> TopicRecord:
+        """A live topic (adopting an old one; creating it when ``create`` and auto-creation is on), else
+        UnknownTopic. What Kafka's Metadata asks."""
+        return self._topic(name, 0, create=create and self.auto_create)
+
+    def create(self, name: str, partitions: int | None = None, config: Mapping[str, Any] | None = None) -> TopicRecord:
+        topic = self.catalogue.create(name, partitions, config)
+        self._remember(topic)
+        return topic
+
+    def delete(self, name: str) -> TopicRecord:
+        topic = self.catalogue.delete(name)
+        self._forget(name)
+        return topic
+
     def _topic(self, name: str, partition: int, *, create: bool) -> TopicRecord:
         with self._lock:
             hit = self._cache.get(name)
@@ -137,8 +152,7 @@ class BrokerTopics:
         partitions = doc.get("partitions")
         if partitions is not None and (isinstance(partitions, bool) or not isinstance(partitions, int)):
             raise InvalidField(f"partitions must be an integer, got {partitions!r}", "partitions")
-        topic = self.catalogue.create(name, partitions, _config(doc))
-        self._remember(topic)
+        topic = self.create(name, partitions, _config(doc))
         return Response(201, {"topic": topic.to_json()})
 
     def get_route(self, name: str) -> Response:
@@ -165,8 +179,7 @@ class BrokerTopics:
 
     def delete_route(self, name: str) -> Response:
         _valid_name(name)
-        topic = self.catalogue.delete(name)
-        self._forget(name)
+        topic = self.delete(name)
         return Response(200, {"topic": topic.to_json()})
 
 

@@ -144,6 +144,15 @@ class GroupOffsets:
                        dumps({"generation": generation, "members": sorted(members)}),
                        self.layout.group_partition_key(group))
 
+    def generation(self, group: str) -> int:
+        """The group's last generation a coordinator wrote (0: none), so a new coordinator continues it."""
+        rec = self._meta.get(self.layout.group_generation_key(group), self.layout.group_partition_key(group))
+        if rec is None:
+            return 0
+        doc = loads(rec.value, "group generation")
+        gen = doc.get("generation") if isinstance(doc, dict) else None
+        return gen if isinstance(gen, int) else 0
+
     def delete_topic(self, topic: str) -> int:
         """Forget every group's offsets of ``topic`` (the topic is gone); how many went."""
         gone = 0

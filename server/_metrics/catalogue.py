@@ -59,6 +59,14 @@ _HTTP = (
     _g("http_inflight_requests", "HTTP requests being answered now"),
 )
 
+_KAFKA = (
+    _c("kafka_requests_total", "Kafka protocol requests answered, by API and error code (0: none)", "api", "error"),
+    _h("kafka_request_seconds", "Time to answer a Kafka request (without writing the answer), by API", "api"),
+    _c("kafka_protocol_errors_total", "Kafka connections closed for a frame that is not a request, by reason",
+       "reason"),
+    _g("kafka_connections", "Kafka client connections open now"),
+)
+
 _PRODUCE = (
     _c("produce_records_total", "Records acknowledged to /produce"),
     _c("produce_payload_bytes_total", "Record payload bytes acknowledged to /produce"),
@@ -214,7 +222,7 @@ _RETENTION = (
 )
 
 CATALOGUE: tuple[MetricSpec, ...] = (
-    _IDENTITY + _HTTP + _PRODUCE + _WRITER + _READ + _STORAGE + _COMPACTOR + _VACUUM + _RETENTION
+    _IDENTITY + _HTTP + _KAFKA + _PRODUCE + _WRITER + _READ + _STORAGE + _COMPACTOR + _VACUUM + _RETENTION
 )
 BY_NAME: dict[str, MetricSpec] = {spec.name: spec for spec in CATALOGUE}
 _EXPORTED = [spec.name.removesuffix("_total") for spec in CATALOGUE]

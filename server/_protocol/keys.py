@@ -13,6 +13,7 @@ Every key of one log lives under a root prefix (``LLOG_ROOT_PREFIX``, default
     {root}/__llog/producers/{quoted name}            a named producer's id and epoch
     {root}/__llog/groups/{quoted group}/offsets/{topic}:{partition}   a committed offset
     {root}/__llog/groups/{quoted group}/generation   the group's generation (a coordinator's)
+    {root}/__llog/brokers/{node_id:010d}             a live Kafka listener (ephemeral)
 
     S3: {root}/wal-shared/{uuid}
         {root}/{topic}/partitions/{partition}/data/compacted/{uuid}
@@ -44,6 +45,7 @@ __all__ = [
     "RESERVED_SEGMENT",
     "TOPICS_PARTITION_KEY",
     "PRODUCERS_PARTITION_KEY",
+    "BROKERS_PARTITION_KEY",
     "validate_producer_name",
     "validate_group",
     "OFFSET_DIGITS",
@@ -64,6 +66,8 @@ RESERVED_SEGMENT = "__llog"
 """Not a topic name: ``{root}/__llog/`` holds llog's own records (the topic catalogue)."""
 TOPICS_PARTITION_KEY = "__llog/topics"
 """Every topic record on one shard, so the catalogue lists in one range scan."""
+BROKERS_PARTITION_KEY = "__llog/brokers"
+"""The live Kafka listeners, on one shard (one range scan lists them)."""
 PRODUCERS_PARTITION_KEY = "__llog/producers"
 """The producer id counter and the named producers, on one shard."""
 MAX_PRODUCER_NAME_LENGTH = 249
@@ -305,6 +309,14 @@ class LogLayout:
     def group_offset_key(self, group: str, tp: TopicPartition) -> str:
         """One segment per offset (``:`` is in no topic name), so a group's offsets are one range."""
         return f"{self.group_base(group)}offsets/{tp.topic}:{tp.partition}"
+
+    @property
+    def brokers_prefix(self) -> str:
+        return f"{self.root}/{RESERVED_SEGMENT}/brokers/"
+
+    def broker_key(self, node_id: int) -> str:
+        """Zero-padded, so the listing is in node id order."""
+        return f"{self.brokers_prefix}{node_id:010d}"
 
     def group_generation_key(self, group: str) -> str:
         return f"{self.group_base(group)}generation"

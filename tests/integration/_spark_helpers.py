@@ -20,6 +20,7 @@ import pytest
 
 pytest.importorskip("pyspark")
 
+from devstack import spark_kafka_jars  # noqa: E402
 from server.spark.produce_job import spark_session  # noqa: E402
 
 from .conftest import BrokerClient, value_bytes  # noqa: E402
@@ -37,7 +38,9 @@ SPARK_CONF = {
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     os.environ["PYSPARK_PYTHON"] = sys.executable
-    session = spark_session("llog-tests", "local[2,2]", SPARK_CONF)  # a failed task is tried once more
+    # Spark's Kafka connector (format("kafka")) for the tests against llog's Kafka listener.
+    conf = {**SPARK_CONF, "spark.jars": ",".join(spark_kafka_jars())}
+    session = spark_session("llog-tests", "local[2,2]", conf)  # a failed task is tried once more
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()

@@ -230,6 +230,9 @@ class BrokerProcess:
         )
         self.info = self._wait_listening()
         self.host, self.port = self.info["host"], self.info["port"]
+        kafka_port = self.info.get("kafka_port")
+        self.kafka = None if kafka_port is None else f"{self.host}:{kafka_port}"
+        """The Kafka listener's ``host:port`` (a bootstrap server), when the broker runs one."""
         self.client = BrokerClient(self.host, self.port, openapi)
 
     def _wait_listening(self) -> dict:

@@ -57,6 +57,8 @@ def test_the_run_is_scraped_and_its_dashboard_drawn(quick_run: tuple[subprocess.
     assert re.search(r"has scraped the broker and the compactor service", out), out
     assert re.search(r"exactly once \(idempotent tasks\): [\d,]+ records sent again were recognized", out), out
     assert re.search(r"dashboard +\[observability\] row 1/\d+ ", out), out  # progress while drawing
+    # Spark's own Kafka source read the topic through the broker's Kafka listener, key for key.
+    assert re.search(r"kafka +2,000 records, checksum [0-9a-f]{16}: match the input, 2,000 keys = customer_id", out), out
 
     index = data_dir / "dashboard" / "index.html"
     assert re.search(rf"^  dashboard +{re.escape(str(index))}$", out, re.MULTILINE), out

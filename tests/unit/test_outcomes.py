@@ -57,6 +57,7 @@ NEVER_ANSWERED = {
     "CompactionConflict": "the compactor's own retry signal; its HTTP service only reads",
     "UnknownMetric": "a bug in a metric's use; were one to end a request, 500 under its class name",
     "MalformedAnswer": "raised by a client parsing a binary consume answer",
+    "MalformedFrame": "the Kafka listener closes the connection on it, as Kafka does (KAFKA_API.md)",
     "_BodyRefused": "carries the answer it stands for (411, 413, 400)",
     "LeanS3Error": "the S3 adapter translates it into ObjectStoreError inside the storage layer",
     "ProduceError": "the produce client's", "ProduceFailed": "the produce client's",
@@ -100,7 +101,7 @@ def test_error_codes_are_the_consume_contract() -> None:
         "CorruptBatch": "CORRUPT_MESSAGE", "InconsistentReadState": "INCONSISTENT_READ_STATE",
         "StorageError": "STORAGE_ERROR", "MetadataStoreError": "STORAGE_ERROR", "ObjectStoreError": "STORAGE_ERROR",
         "ObjectNotFound": "STORAGE_ERROR", "LeanS3Error": "STORAGE_ERROR", "InvalidRequest": "INVALID_REQUEST",
-        "InvalidField": "INVALID_REQUEST", "TooLarge": "INVALID_REQUEST",
+        "InvalidField": "INVALID_REQUEST", "TooLarge": "INVALID_REQUEST", "MalformedFrame": "INVALID_REQUEST",
     }
     for cls in exception_classes().values():
         if issubclass(cls, LlogError):

@@ -8,7 +8,9 @@ Layers, lowest first (ARCHITECTURE.md, "Code map")::
     config       _config            (validates the root prefix with protocol.keys)
     storage      _storage/
     log          _log/
-    http         _http_server   (the HTTP/1.1 JSON server base both services share)
+    front ends   _http_server   (the HTTP/1.1 JSON server base both services share)
+                 _kafka/        (Kafka's wire protocol over the broker's parts, which
+                                 the broker hands it; side by side with _http_server)
     broker       _broker/    compaction  _compaction/   client  client/
                  (side by side: none imports another; the client speaks only the
                  wire layouts of _protocol)
@@ -49,6 +51,7 @@ LAYERS: dict[str, int] = {
     "server._catalogue": 4,
     "server._groups": 4,
     "server._http_server": 5,
+    "server._kafka": 5,
     "server._broker": 6,
     "server._admin": 6,
     "server._compaction": 6,

@@ -1,0 +1,82 @@
+"""The broker's Kafka front: its parts behind the Kafka listener (``server/_kafka``).
+
+Started by ``cli.serve`` when ``LLOG_KAFKA_PORT`` is set: the listener binds,
+registers this broker as a live node in Oxia, and serves until closed.
+Closing stops accepting first, so the broker's own drain (``Broker.close``)
+answers what the listener accepted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .._errors import ConfigError
+from .._kafka import KafkaListener, KafkaService, Limits, Nodes
+from .._storage.metastore import MetadataStore
+from .broker import Broker
+
+__all__ = ["KafkaFront"]
+
+
+@dataclass(frozen=True)
+class _Parts:
+    appends: Any
+    consume: Any
+    topics: Any
+    reader: Any
+    producer_ids: Any
+    group_offsets: Any
+
+
+class KafkaFront:
+    """The listener, its service and its registration, over one broker."""
+
+    def __init__(self, broker: Broker, meta: MetadataStore | None = None) -> None:
+        """``meta``: where the live listeners register (default: the broker's own stores)."""
+        config = broker.config
+        if config.kafka_port is None:
+            raise ConfigError("the Kafka listener needs a port (LLOG_KAFKA_PORT)")
+        if meta is None:
+            if broker.stores is None:
+                raise ConfigError("the Kafka listener needs the broker's stores (Broker.from_env) or a metadata store")
+            meta = broker.stores.meta
+        layout = broker.layout
+        parts = _Parts(broker.appends, broker.consume_service, broker.topics, broker.reader, broker.producer_ids,
+                       broker.group_offsets)
+        runtime = broker.runtime
+        self.service: KafkaService | None = None
+        self.listener: KafkaListener | None = None
+        self.nodes: Nodes | None = None
+        try:
+            self.listener = KafkaListener(
+                self._handle, host=config.host, port=config.kafka_port, max_frame_bytes=config.max_request_bytes,
+                threads=config.kafka_threads, max_inflight=config.kafka_max_inflight, metrics=broker.metrics)
+            self.nodes = Nodes(meta, layout, broker_id=config.broker_id, host=config.kafka_host,
+                               port=self.listener.port, runtime=runtime)
+            self.service = KafkaService(
+                parts, self.nodes, metrics=broker.metrics, runtime=runtime, root=layout.root,
+                limits=Limits(config.max_wait_ms_cap, config.produce_timeout_ms, config.max_records_per_request),
+                initial_delay_ms=config.kafka_group_initial_rebalance_delay_ms)
+            self.nodes.start()
+            self.listener.start()
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def port(self) -> int:
+        assert self.listener is not None
+        return self.listener.port
+
+    def _handle(self, request):  # type: ignore[no-untyped-def]
+        assert self.service is not None
+        return self.service.handle(request)
+
+    def close(self) -> None:
+        if self.listener is not None:
+            self.listener.close()
+        if self.service is not None:
+            self.service.close()
+        if self.nodes is not None:
+            self.nodes.close()

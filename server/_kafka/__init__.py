@@ -1,0 +1,25 @@
+"""The Kafka protocol listener: Kafka's clients, tools and Spark's Kafka connector over llog.
+
+A broker started with ``LLOG_KAFKA_PORT`` serves Kafka's wire protocol
+beside its HTTP contract, over the same parts (``KAFKA_API.md`` lists the
+APIs, versions and deviations):
+
+- ``codec.py``: framing and the API/version table, over kafka-python's
+  classes generated from Kafka's message schemas;
+- ``listener.py``: sockets, per-connection ordering, the handler pool;
+- ``service.py``: dispatch to the handlers of ``cluster.py``, ``produce.py``,
+  ``fetch.py`` and ``groups.py``;
+- ``nodes.py``: the live listeners in Oxia, leaders and coordinators;
+- ``coordinator.py``: the classic group protocol's state machine;
+- ``errors.py``: llog outcomes as Kafka error codes.
+
+This package sits beside ``_http_server``, below ``_broker``: the broker
+hands it its parts (``service.KafkaParts``).
+"""
+
+from .codec import APIS
+from .listener import KafkaListener
+from .nodes import Node, Nodes
+from .service import KafkaParts, KafkaService, Limits
+
+__all__ = ["APIS", "KafkaListener", "KafkaParts", "KafkaService", "Limits", "Node", "Nodes"]

@@ -1,0 +1,335 @@
+"""The classic consumer-group protocol's state machine, on the group's coordinator.
+
+FindCoordinator names one live listener per group (``nodes.py``); that
+listener keeps the group's membership in memory, as Kafka's coordinator
+does, and answers every other listener's NOT_COORDINATOR. Losing the
+coordinator loses the membership: the members find the next one and rejoin
+(a rebalance, as in Kafka). What must survive is in Oxia: the committed
+offsets, and the generation with its members (``GroupOffsets.set_generation``),
+which a new coordinator continues from, so a commit of a member of an older
+generation is refused even across coordinators.
+
+States (Kafka's): ``Empty`` -> ``PreparingRebalance`` (members join; the
+first join of an empty group waits ``initial_delay_ms`` more for others, as
+``group.initial.rebalance.delay.ms``) -> ``CompletingRebalance`` (a new
+generation: every member got its JoinGroup answer, the leader with every
+member's subscription; they SyncGroup) -> ``Stable`` (the leader's
+assignment handed out). A join, a leave or a member whose session expired
+(no heartbeat for its ``session_timeout_ms``) starts a rebalance; a member
+that does not rejoin within the rebalance timeout is dropped from it.
+
+JoinGroup from v4 on first answers MEMBER_ID_REQUIRED with a member id the
+client joins again with (KIP-394). JoinGroup and SyncGroup wait for the
+rebalance (on the handler thread, woken by the condition variable); a
+reaper thread expires sessions and ends rebalances that time out.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .._groups.offsets import GroupOffsets
+from .._metrics import LlogMetrics
+from .._runtime import REAL_RUNTIME, Runtime
+from .errors import Code
+from .nodes import Nodes
+
+__all__ = ["GroupCoordinator", "JoinResult", "Member", "EMPTY", "PREPARING", "COMPLETING", "STABLE", "DEAD"]
+
+log = logging.getLogger(__name__)
+
+EMPTY, PREPARING, COMPLETING, STABLE, DEAD = "Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead"
+_TICK_S = 0.1
+
+
+@dataclass
+class Member:
+    member_id: str
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]
+    group_instance_id: str | None = None
+    assignment: bytes = b""
+    last_seen: float = 0.0
+    awaiting_join: bool = False
+
+
+@dataclass(frozen=True)
+class JoinResult:
+    error: int
+    member_id: str = ""
+    generation: int = -1
+    protocol_type: str | None = None
+    protocol: str | None = None
+    leader: str = ""
+    members: tuple[Member, ...] = ()
+    """Every member with its subscription: the leader's answer only."""
+
+
+@dataclass
+class _Group:
+    name: str
+    generation: int
+    state: str = EMPTY
+    protocol_type: str | None = None
+    protocol: str | None = None
+    leader: str | None = None
+    members: dict[str, Member] = field(default_factory=dict)
+    pending: dict[str, float] = field(default_factory=dict)
+    """Member ids handed out with MEMBER_ID_REQUIRED, until when they may join."""
+    deadline: float = 0.0
+    initial: bool = False
+    started: float = 0.0
+    results: dict[str, JoinResult] = field(default_factory=dict)
+
+
+class GroupCoordinator:
+    """The groups this listener coordinates (module docstring). Thread-safe."""
+
+    def __init__(self, offsets: GroupOffsets | None, nodes: Nodes, *, runtime: Runtime = REAL_RUNTIME,
+                 metrics: LlogMetrics | None = None, initial_delay_ms: int = 3_000,
+                 clock: Callable[[], float] | None = None) -> None:
+        self._offsets = offsets
+        self._nodes = nodes
+        self._runtime = runtime
+        self._metrics = metrics
+        self._initial_delay_s = initial_delay_ms / 1000
+        self._clock = clock or runtime.clock.monotonic
+        self._groups: dict[str, _Group] = {}
+        self._cond = threading.Condition()
+        self._stop = threading.Event()
+        self._reaper = threading.Thread(target=self._reap_loop, name="llog-kafka-groups", daemon=True)
+        self._reaper.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        with self._cond:
+            self._cond.notify_all()
+        self._reaper.join(5)
+
+    # -- ownership -------------------------------------------------------------------------------
+    def owns(self, group: str) -> bool:
+        return self._nodes.coordinator(group).node_id == self._nodes.me.node_id
+
+    def _group(self, name: str) -> _Group:
+        g = self._groups.get(name)
+        if g is None:
+            start = self._offsets.generation(name) if self._offsets is not None else 0
+            g = self._groups[name] = _Group(name, start)
+        return g
+
+    # -- JoinGroup -------------------------------------------------------------------------------
+    def join(self, group: str, member_id: str, *, client_id: str, client_host: str, session_timeout_ms: int,
+             rebalance_timeout_ms: int, protocol_type: str, protocols: list[tuple[str, bytes]],
+             require_member_id: bool, group_instance_id: str | None = None) -> JoinResult:
+        if not self.owns(group):
+            return JoinResult(Code.NOT_COORDINATOR, member_id)
+        if not 1 <= session_timeout_ms <= 30 * 60_000:
+            return JoinResult(Code.INVALID_SESSION_TIMEOUT, member_id)
+        with self._cond:
+            g = self._group(group)
+            now = self._clock()
+            if g.members and (protocol_type != g.protocol_type or not self._common(g, protocols)):
+                return JoinResult(Code.INCONSISTENT_GROUP_PROTOCOL, member_id)
+            if not member_id:
+                member_id = f"{client_id or 'member'}-{self._runtime.ids.uuid4()}"
+                if require_member_id:
+                    g.pending[member_id] = now + session_timeout_ms / 1000
+                    return JoinResult(Code.MEMBER_ID_REQUIRED, member_id)
+            elif member_id not in g.members and member_id not in g.pending:
+                return JoinResult(Code.UNKNOWN_MEMBER_ID, member_id)
+            g.pending.pop(member_id, None)
+            new = member_id not in g.members
+            m = g.members.get(member_id) or Member(member_id, client_id, client_host, session_timeout_ms,
+                                                   rebalance_timeout_ms, protocol_type, protocols, group_instance_id)
+            m.session_timeout_ms, m.rebalance_timeout_ms = session_timeout_ms, rebalance_timeout_ms
+            m.protocols, m.last_seen, m.awaiting_join = protocols, now, True
+            g.members[member_id] = m
+            g.protocol_type = protocol_type
+            if g.state != PREPARING:
+                self._prepare(g, now)
+            elif g.initial and new:  # a new member extends the initial delay, within the rebalance timeout
+                g.deadline = min(now + self._initial_delay_s, g.started + rebalance_timeout_ms / 1000)
+            self._cond.notify_all()
+            while True:
+                result = g.results.pop(member_id, None)
+                if result is not None:
+                    return result
+                if g.members.get(member_id) is not m or self._stop.is_set():
+                    return JoinResult(Code.UNKNOWN_MEMBER_ID, member_id)
+                self._complete_if_ready(g, self._clock())
+                if member_id not in g.results:
+                    self._cond.wait(_TICK_S)
+
+    @staticmethod
+    def _common(g: _Group, protocols: list[tuple[str, bytes]]) -> bool:
+        names = {n for n, _ in protocols}
+        return all(names & {n for n, _ in m.protocols} for m in g.members.values())
+
+    def _prepare(self, g: _Group, now: float) -> None:
+        """Start a rebalance: every member must join again."""
+        g.initial = g.state == EMPTY
+        g.state, g.started = PREPARING, now
+        longest = max((m.rebalance_timeout_ms for m in g.members.values()), default=0) / 1000
+        g.deadline = now + (min(self._initial_delay_s, longest) if g.initial else longest)
+        for m in g.members.values():
+            m.assignment = b""
+
+    def _complete_if_ready(self, g: _Group, now: float) -> None:
+        if g.state != PREPARING:
+            return
+        all_in = all(m.awaiting_join for m in g.members.values())
+        if now < g.deadline and (g.initial or not all_in):
+            return
+        for mid in [mid for mid, m in g.members.items() if not m.awaiting_join]:
+            del g.members[mid]  # did not rejoin in time
+        g.generation += 1
+        if not g.members:
+            g.state, g.leader, g.protocol = EMPTY, None, None
+            self._cond.notify_all()
+            return
+        members = list(g.members.values())
+        if g.leader not in g.members:
+            g.leader = members[0].member_id
+        leader = g.members[g.leader]
+        g.protocol = next(n for n, _ in leader.protocols if all(n in dict(m.protocols) for m in members))
+        g.state = COMPLETING
+        self._store_generation(g)
+        for m in members:
+            m.awaiting_join = False
+            g.results[m.member_id] = JoinResult(
+                Code.NONE, m.member_id, g.generation, g.protocol_type, g.protocol, g.leader,
+                tuple(members) if m.member_id == g.leader else ())
+        log.info("group %s: generation %d with %d members, leader %s", g.name, g.generation, len(members), g.leader)
+        self._cond.notify_all()
+
+    def _store_generation(self, g: _Group) -> None:
+        if self._offsets is None:
+            return
+        try:
+            self._offsets.set_generation(g.name, g.generation, list(g.members))
+        except Exception:  # commits then fail StaleGeneration and the members rejoin: never silent loss
+            log.warning("group %s: could not store generation %d", g.name, g.generation, exc_info=True)
+
+    # -- SyncGroup, Heartbeat, LeaveGroup --------------------------------------------------------
+    def _member(self, group: str, member_id: str, generation: int) -> tuple[int, _Group | None, Member | None]:
+        if not self.owns(group):
+            return Code.NOT_COORDINATOR, None, None
+        g = self._groups.get(group)
+        m = None if g is None else g.members.get(member_id)
+        if g is None or m is None:
+            return Code.UNKNOWN_MEMBER_ID, g, None
+        m.last_seen = self._clock()
+        if generation != g.generation:
+            return Code.ILLEGAL_GENERATION, g, m
+        return Code.NONE, g, m
+
+    def sync(self, group: str, member_id: str, generation: int,
+             assignments: dict[str, bytes]) -> tuple[int, str | None, str | None, bytes]:
+        """``(error, protocol type, protocol, this member's assignment)``."""
+        with self._cond:
+            code, g, m = self._member(group, member_id, generation)
+            if code != Code.NONE or g is None or m is None:
+                return code, None, None, b""
+            if g.state == PREPARING:
+                return Code.REBALANCE_IN_PROGRESS, None, None, b""
+            if g.state == COMPLETING and member_id == g.leader:
+                for mid, member in g.members.items():
+                    member.assignment = assignments.get(mid, b"")
+                g.state = STABLE
+                self._cond.notify_all()
+            deadline = self._clock() + m.session_timeout_ms / 1000
+            while g.state == COMPLETING and g.generation == generation and not self._stop.is_set():
+                if self._clock() >= deadline:
+                    break
+                self._cond.wait(_TICK_S)
+            if g.state != STABLE or g.generation != generation or g.members.get(member_id) is not m:
+                return Code.REBALANCE_IN_PROGRESS, None, None, b""
+            return Code.NONE, g.protocol_type, g.protocol, m.assignment
+
+    def heartbeat(self, group: str, member_id: str, generation: int) -> int:
+        with self._cond:
+            code, g, _ = self._member(group, member_id, generation)
+            if code == Code.NONE and g is not None and g.state == PREPARING:
+                return Code.REBALANCE_IN_PROGRESS
+            return code
+
+    def leave(self, group: str, member_ids: list[str]) -> list[int]:
+        """One error code per member id (UNKNOWN_MEMBER_ID for one not in the group)."""
+        if not self.owns(group):
+            return [Code.NOT_COORDINATOR] * len(member_ids)
+        with self._cond:
+            g = self._groups.get(group)
+            codes = []
+            for mid in member_ids:
+                if g is None or g.members.pop(mid, None) is None:
+                    codes.append(Code.UNKNOWN_MEMBER_ID)
+                    continue
+                codes.append(Code.NONE)
+                log.info("group %s: member %s left", group, mid)
+            if g is not None and Code.NONE in codes:
+                self._rebalance_after_loss(g)
+            return codes
+
+    def _rebalance_after_loss(self, g: _Group) -> None:
+        if g.members:
+            if g.state != PREPARING:
+                self._prepare(g, self._clock())
+        else:
+            g.state, g.leader, g.protocol = EMPTY, None, None
+        self._cond.notify_all()
+
+    # -- commits and views -----------------------------------------------------------------------
+    def check_commit(self, group: str, member_id: str, generation: int) -> int:
+        """Whether a member may commit now: a commit without member and generation is accepted
+        only while the group has no members (a consumer of ``assign``, an admin tool)."""
+        if not self.owns(group):
+            return Code.NOT_COORDINATOR
+        with self._cond:
+            if generation < 0 and not member_id:
+                g = self._groups.get(group)
+                return Code.NONE if g is None or not g.members else Code.UNKNOWN_MEMBER_ID
+            code, g, _ = self._member(group, member_id, generation)
+            if code == Code.NONE and g is not None and g.state == PREPARING:
+                return Code.REBALANCE_IN_PROGRESS
+            return code
+
+    def describe(self, group: str) -> tuple[str, str, str, list[Member]]:
+        """``(state, protocol type, protocol, members)``; ``Dead`` for a group not known here."""
+        with self._cond:
+            g = self._groups.get(group)
+            if g is None:
+                return DEAD, "", "", []
+            return g.state, g.protocol_type or "", g.protocol or "", list(g.members.values())
+
+    def known(self) -> dict[str, tuple[str, str]]:
+        """Groups with members here: name -> (state, protocol type)."""
+        with self._cond:
+            return {n: (g.state, g.protocol_type or "") for n, g in self._groups.items() if g.members}
+
+    # -- sessions -------------------------------------------------------------------------------
+    def _reap_loop(self) -> None:
+        while not self._stop.wait(_TICK_S):
+            with self._cond:
+                now = self._clock()
+                for g in list(self._groups.values()):
+                    self._reap(g, now)
+
+    def _reap(self, g: _Group, now: float) -> None:
+        for mid in [mid for mid, until in g.pending.items() if until < now]:
+            del g.pending[mid]
+        expired = [mid for mid, m in g.members.items()
+                   if not (g.state == PREPARING and m.awaiting_join)
+                   and now - m.last_seen > m.session_timeout_ms / 1000]
+        for mid in expired:
+            del g.members[mid]
+            log.info("group %s: member %s's session expired", g.name, mid)
+        if expired:
+            self._rebalance_after_loss(g)
+        self._complete_if_ready(g, now)

@@ -1,0 +1,155 @@
+"""Fetch, ListOffsets and OffsetForLeaderEpoch: reading, in Kafka's offsets.
+
+**Fetch** is one ``/consume`` (``BrokerConsumeService``): the same tail cache,
+storage reads, long-poll (``max_wait_ms`` capped by
+``LLOG_BROKER_MAX_WAIT_MS``, ``min_bytes``) and byte limits (``max_bytes``,
+``partition_max_bytes``: whole batches, the first one even if larger). The
+records are the stored batches with ``baseOffset`` set to the Kafka offset of
+their first record (``kafka_offset``); a fetch starting inside a batch gets the
+whole batch and the client skips what it did not ask for, as from Kafka. The
+high watermark and last stable offset are the next Kafka offset to be
+written; there are no aborted transactions; ``preferred_read_replica`` is -1.
+A fetch past the high watermark is OFFSET_OUT_OF_RANGE, as in Kafka (the HTTP
+contract waits instead). Fetch sessions (KIP-227) are not kept: every answer
+has session id 0, so clients send full fetches, which they do for a broker
+that answers so.
+
+**ListOffsets**: ``-2`` earliest (the log start), ``-1`` latest (the high
+watermark), ``-3`` the record with the largest timestamp, any other value the
+first record at or after that time (``_log/timestamps.py``), -1 when none is.
+
+**OffsetForLeaderEpoch**: llog has one leader epoch, 0; its end offset is the
+high watermark.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kafka.protocol.consumer import FetchResponse, ListOffsetsResponse, OffsetForLeaderEpochResponse
+
+from .._errors import InvalidRequest, LlogError, UnknownTopic
+from .._log.timestamps import max_timestamp_offset, offset_for_timestamp
+from .._protocol.http_json import ConsumePartition, ConsumeRequest
+from .._protocol.kafka_batch import kafka_offset, llog_offset
+from .._protocol.keys import TopicPartition, validate_topic
+from .errors import Code, error_code
+
+if TYPE_CHECKING:
+    from .codec import KafkaRequest
+    from .service import KafkaService
+
+__all__ = ["HANDLERS"]
+
+_FT = FetchResponse.FetchableTopicResponse
+_FP = _FT.PartitionData
+_EARLIEST, _LATEST, _MAX_TIMESTAMP = -2, -1, -3
+
+
+def fetch(svc: KafkaService, req: KafkaRequest) -> Any:
+    body = req.body
+    if svc.parts.consume is None:
+        return FetchResponse[req.version](throttle_time_ms=0, error_code=Code.NOT_LEADER_OR_FOLLOWER, session_id=0,
+                                          responses=[])
+    wanted, seen, refused = [], set(), []
+    for t in body.topics:
+        for p in t.partitions:
+            if (t.topic, p.partition) in seen:
+                continue
+            seen.add((t.topic, p.partition))
+            if not _valid(t.topic) or p.partition < 0 or p.fetch_offset < 0:
+                code = Code.OFFSET_OUT_OF_RANGE if p.fetch_offset < 0 else Code.UNKNOWN_TOPIC_OR_PARTITION
+                refused.append((t.topic, _FP(partition_index=p.partition, error_code=code, high_watermark=-1,
+                                             last_stable_offset=-1, log_start_offset=-1, aborted_transactions=None,
+                                             preferred_read_replica=-1, records=b"")))
+                continue
+            wanted.append(ConsumePartition(t.topic, p.partition, llog_offset(p.fetch_offset),
+                                           max(p.partition_max_bytes, 0)))
+    result = svc.parts.consume.consume(ConsumeRequest(
+        tuple(wanted), max_wait_ms=min(max(body.max_wait_ms, 0), svc.limits.max_wait_ms_cap),
+        min_bytes=max(body.min_bytes, 0), max_bytes=max(body.max_bytes, 0) if req.version >= 3 else 1 << 31))
+    by_topic: dict[str, list[Any]] = {}
+    for part in result.partitions:
+        by_topic.setdefault(part.topic, []).append(_partition(part))
+    for topic, answer in refused:
+        by_topic.setdefault(topic, []).append(answer)
+    svc.metrics.inc("consume_records_total", result.record_count)
+    svc.metrics.inc("consume_payload_bytes_total", result.payload_bytes)
+    return FetchResponse[req.version](
+        throttle_time_ms=0, error_code=0, session_id=0,
+        responses=[_FT(topic=name, partitions=parts) for name, parts in by_topic.items()])
+
+
+def _partition(part: Any) -> Any:
+    hw = -1 if part.high_watermark is None else part.high_watermark  # llog's last offset N is Kafka's next, N
+    code = error_code(part.error)
+    records = b"".join(piece for span in part.spans for piece in span.kafka_batches())
+    if code == Code.NONE and hw >= 0 and kafka_offset(part.fetch_offset) > hw:
+        code = Code.OFFSET_OUT_OF_RANGE
+    return _FP(partition_index=part.partition, error_code=code, high_watermark=hw, last_stable_offset=hw,
+               log_start_offset=kafka_offset(part.log_start_offset), aborted_transactions=None,
+               preferred_read_replica=-1, records=records)
+
+
+def list_offsets(svc: KafkaService, req: KafkaRequest) -> Any:
+    R = ListOffsetsResponse
+    topics = []
+    for t in req.body.topics:
+        parts = []
+        for p in t.partitions:
+            code, offset, ts = Code.NONE, -1, -1
+            try:
+                offset, ts = _offset_of(svc, t.name, p.partition_index, p.timestamp)
+            except LlogError as exc:
+                code = error_code(exc)
+            parts.append(R.ListOffsetsTopicResponse.ListOffsetsPartitionResponse(
+                partition_index=p.partition_index, error_code=code, timestamp=ts, offset=offset, leader_epoch=0))
+        topics.append(R.ListOffsetsTopicResponse(name=t.name, partitions=parts))
+    return R[req.version](throttle_time_ms=0, topics=topics)
+
+
+def _offset_of(svc: KafkaService, topic: str, partition: int, timestamp: int) -> tuple[int, int]:
+    """``(Kafka offset, timestamp)`` ListOffsets answers for one partition."""
+    reader = svc.parts.reader
+    if reader is None or svc.parts.topics is None:
+        raise UnknownTopic("this broker does not read (role write)")
+    if not _valid(topic) or partition < 0:
+        raise UnknownTopic(f"no topic-partition {topic!r}:{partition}")
+    svc.parts.topics.check_consume(TopicPartition(topic, partition))
+    if timestamp in (_EARLIEST, _LATEST):
+        control = reader.control(topic, partition)
+        if timestamp == _EARLIEST:
+            return kafka_offset(control.log_start_offset), -1
+        return control.high_watermark, -1
+    found = (max_timestamp_offset(reader, topic, partition) if timestamp == _MAX_TIMESTAMP
+             else offset_for_timestamp(reader, topic, partition, timestamp))
+    return (-1, -1) if found is None else (kafka_offset(found.offset), found.timestamp_ms)
+
+
+def offset_for_leader_epoch(svc: KafkaService, req: KafkaRequest) -> Any:
+    R = OffsetForLeaderEpochResponse
+    T = R.OffsetForLeaderTopicResult
+    topics = []
+    for t in req.body.topics:
+        parts = []
+        for p in t.partitions:
+            code, end = Code.NONE, -1
+            try:
+                _, end = _offset_of(svc, t.topic, p.partition, _LATEST)
+            except LlogError as exc:
+                code = error_code(exc)
+            parts.append(T.EpochEndOffset(error_code=code, partition=p.partition, leader_epoch=0 if end >= 0 else -1,
+                                          end_offset=end))
+        topics.append(T(topic=t.topic, partitions=parts))
+    return R[req.version](throttle_time_ms=0, topics=topics)
+
+
+def _valid(topic: str) -> bool:
+    try:
+        validate_topic(topic)
+        return True
+    except InvalidRequest:
+        return False
+
+
+HANDLERS = {1: fetch, 2: list_offsets, 23: offset_for_leader_epoch}

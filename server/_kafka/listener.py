@@ -1,0 +1,206 @@
+"""The Kafka listener's sockets: connections, frames, and responses in request order.
+
+One accept thread; per connection a reader thread and a writer thread. The
+reader reads size-prefixed frames and hands each to the shared handler pool
+(``threads`` workers, so a produce waiting for its flush or a fetch
+long-polling holds a worker, never the connection); the writer sends the
+answers in the order the requests came, as Kafka's protocol requires, while
+later requests of the same connection are already being handled (clients keep
+up to 5 in flight). A request the handler answers with ``None`` (a produce
+with ``acks=0``) takes its place in the order and sends nothing.
+
+At most ``max_inflight`` requests of one connection are queued or running;
+the reader stops reading until one is answered (back-pressure through TCP,
+as Kafka's ``queued.max.requests``).
+
+What is not a request closes the connection, as Kafka closes it: a size below
+8 or above ``max_frame_bytes`` (read no further: the stream cannot be
+resynchronized), a header that does not parse, an API or version not served.
+An ApiVersions request of a version the broker does not know is answered
+with version 0 and UNSUPPORTED_VERSION instead (KIP-511), so the client can
+pick a version.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import socket
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Callable
+
+from .._metrics import LlogMetrics
+from .codec import API_VERSIONS, SIZE, KafkaRequest, MalformedFrame, decode_request, \
+    unsupported_api_versions
+
+__all__ = ["KafkaListener", "Handler"]
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[KafkaRequest], "bytes | None"]
+"""Answers one request with its framed response (None: no response)."""
+
+_CLOSE = object()
+
+
+class KafkaListener:
+    """Serves Kafka's protocol on ``host:port`` with ``handler`` (module docstring)."""
+
+    def __init__(self, handler: Handler, *, host: str, port: int, max_frame_bytes: int, threads: int,
+                 max_inflight: int, metrics: LlogMetrics) -> None:
+        self._handler = handler
+        self._max_frame = max_frame_bytes
+        self._max_inflight = max_inflight
+        self._metrics = metrics
+        self._pool = ThreadPoolExecutor(threads, thread_name_prefix="llog-kafka")
+        self._sock = socket.create_server((host, port), backlog=128, reuse_port=False)
+        self.port: int = self._sock.getsockname()[1]
+        self._conns: set[_Connection] = set()
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+        self._thread = threading.Thread(target=self._accept, name="llog-kafka-accept", daemon=True)
+
+    def start(self) -> KafkaListener:
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        """Stop accepting, close every connection, wait for the handlers running."""
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._sock.close()
+        self._thread.join(5)
+        with self._lock:
+            conns = list(self._conns)
+        for c in conns:
+            c.close()
+        self._pool.shutdown(wait=True)
+
+    def _accept(self) -> None:
+        while not self._closed.is_set():
+            try:
+                sock, peer = self._sock.accept()
+            except OSError:
+                return
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            conn = _Connection(self, sock, f"{peer[0]}:{peer[1]}")
+            with self._lock:
+                self._conns.add(conn)
+            conn.start()
+
+    def _forget(self, conn: _Connection) -> None:
+        with self._lock:
+            self._conns.discard(conn)
+
+    def _handle(self, request: KafkaRequest) -> bytes | None:
+        return self._handler(request)
+
+
+class _Connection:
+    def __init__(self, listener: KafkaListener, sock: socket.socket, peer: str) -> None:
+        self.listener = listener
+        self.sock = sock
+        self.peer = peer
+        self.answers: queue.Queue = queue.Queue(maxsize=listener._max_inflight)
+        self._closed = threading.Event()
+
+    def start(self) -> None:
+        threading.Thread(target=self._read_loop, name=f"llog-kafka-read-{self.peer}", daemon=True).start()
+        threading.Thread(target=self._write_loop, name=f"llog-kafka-write-{self.peer}", daemon=True).start()
+
+    def close(self) -> None:
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()
+        self.listener._forget(self)
+
+    def _read_exactly(self, n: int) -> bytes | None:
+        buf = bytearray(n)
+        view = memoryview(buf)
+        got = 0
+        while got < n:
+            k = self.sock.recv_into(view[got:], n - got)
+            if k == 0:
+                return None
+            got += k
+        return bytes(buf)
+
+    def _read_loop(self) -> None:
+        metrics = self.listener._metrics
+        try:
+            while not self._closed.is_set():
+                head = self._read_exactly(4)
+                if head is None:
+                    break
+                (size,) = SIZE.unpack(head)
+                if not 8 <= size <= self.listener._max_frame:
+                    metrics.inc("kafka_protocol_errors_total", reason="frame_size")
+                    log.info("kafka connection %s: a frame of %d bytes (allowed 8-%d): closing", self.peer, size,
+                             self.listener._max_frame)
+                    break
+                frame = self._read_exactly(size)
+                if frame is None:
+                    break
+                answer = self._dispatch(frame)
+                if answer is None:
+                    break
+                self.answers.put(answer)  # blocks at max_inflight: back-pressure
+        except OSError:
+            pass
+        finally:
+            self.answers.put(_CLOSE)
+
+    def _dispatch(self, frame: bytes) -> Future | None:
+        """The future of the frame's answer, or None to close the connection."""
+        try:
+            request = decode_request(frame)
+        except MalformedFrame as exc:
+            if exc.api_key == API_VERSIONS and exc.correlation_id is not None and "not served" in str(exc):
+                done: Future = Future()
+                done.set_result(unsupported_api_versions(exc.correlation_id))
+                return done
+            self.listener._metrics.inc("kafka_protocol_errors_total", reason="malformed")
+            log.info("kafka connection %s: %s: closing", self.peer, exc)
+            return None
+        return self.listener._pool.submit(self.listener._handle, request)
+
+    def _write_loop(self) -> None:
+        try:
+            while True:
+                item = self.answers.get()
+                if item is _CLOSE:
+                    break
+                try:
+                    data = item.result()
+                except Exception:
+                    log.exception("kafka connection %s: a handler failed: closing", self.peer)
+                    break
+                if data is not None and not self._closed.is_set():
+                    self.sock.sendall(data)
+        except OSError:
+            pass
+        finally:
+            self.close()
+            _drain(self.answers)
+
+
+def _drain(answers: queue.Queue) -> None:
+    """Unblock a reader stuck on a full queue after the writer stopped."""
+    while True:
+        try:
+            answers.get_nowait()
+        except queue.Empty:
+            return
+
+

@@ -1,0 +1,109 @@
+"""The Kafka listener's request handling: one handler per API over the broker's parts.
+
+:class:`KafkaService` holds what the handlers use (:class:`KafkaParts`, the
+live nodes, the group coordinator) and :meth:`KafkaService.handle` answers a
+decoded request with its framed response: the API's handler builds the
+response object, the codec frames it. A handler that raises an llog error
+for the request as a whole is answered with the API's error response where
+the API has a top-level error code, or the error in every partition
+(``answers.py``); anything else is a bug: logged, and the connection closed.
+
+The handlers live by family: ``cluster.py`` (ApiVersions, Metadata,
+DescribeCluster, FindCoordinator, DescribeConfigs, CreateTopics,
+DeleteTopics), ``produce.py`` (Produce, InitProducerId), ``fetch.py``
+(Fetch, ListOffsets, OffsetForLeaderEpoch) and ``groups.py`` (the group
+APIs, over ``coordinator.py``).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol
+
+from .._groups.offsets import GroupOffsets
+from .._log.producer_ids import ProducerIds
+from .._log.reader import LeaderlessLogReader
+from .._metrics import LlogMetrics
+from .._runtime import Runtime
+from . import cluster, fetch, groups, produce
+from .codec import KafkaRequest, encode_response
+from .coordinator import GroupCoordinator
+from .nodes import Nodes
+
+__all__ = ["KafkaParts", "KafkaService", "cluster_id"]
+
+log = logging.getLogger(__name__)
+
+
+class KafkaParts(Protocol):
+    """What the broker gives the listener (``server/_broker``'s parts, by duck type: the
+    listener sits below the broker). ``appends``/``producer_ids`` are None on a read-only
+    broker, ``consume``/``reader`` on a write-only one."""
+
+    appends: Any
+    """``Appends``: ``prepare(groups)``, ``submit(groups) -> Future[list[AppendResult]]``."""
+    consume: Any
+    """``BrokerConsumeService.consume(ConsumeRequest) -> ConsumeResult``."""
+    topics: Any
+    """``BrokerTopics``: ``describe``, ``create``, ``delete``, ``check_consume``, ``catalogue``."""
+    reader: LeaderlessLogReader | None
+    producer_ids: ProducerIds | None
+    group_offsets: GroupOffsets | None
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The broker settings the handlers honour."""
+
+    max_wait_ms_cap: int
+    produce_timeout_ms: int
+    max_records_per_request: int
+
+
+Handler = Callable[["KafkaService", KafkaRequest], Any]
+
+HANDLERS: dict[int, Handler] = {
+    **cluster.HANDLERS, **produce.HANDLERS, **fetch.HANDLERS, **groups.HANDLERS,
+}
+
+
+def cluster_id(root: str) -> str:
+    """A stable cluster id per root prefix: 22 characters of base64, as Kafka's."""
+    return base64.urlsafe_b64encode(hashlib.sha256(root.encode()).digest()[:16]).decode()[:22]
+
+
+class KafkaService:
+    """Answers decoded Kafka requests (module docstring)."""
+
+    def __init__(self, parts: KafkaParts, nodes: Nodes, *, limits: Limits, metrics: LlogMetrics,
+                 runtime: Runtime, root: str, initial_delay_ms: int = 3_000) -> None:
+        self.parts = parts
+        self.nodes = nodes
+        self.limits = limits
+        self.metrics = metrics
+        self.runtime = runtime
+        self.cluster_id = cluster_id(root)
+        self.coordinator = GroupCoordinator(parts.group_offsets, nodes, runtime=runtime, metrics=metrics,
+                                            initial_delay_ms=initial_delay_ms)
+
+    def close(self) -> None:
+        self.coordinator.close()
+
+    def handle(self, request: KafkaRequest) -> bytes | None:
+        api = request.api.name
+        started = time.monotonic()
+        response = HANDLERS[request.api.key](self, request)
+        self.metrics.observe("kafka_request_seconds", time.monotonic() - started, api=api)
+        self.metrics.inc("kafka_requests_total", api=api, error=str(_top_error(response)))
+        if response is None:
+            return None
+        return encode_response(request, response)
+
+
+def _top_error(response: Any) -> int:
+    code = getattr(response, "error_code", None) if response is not None else None
+    return code if isinstance(code, int) else 0

@@ -1,0 +1,163 @@
+"""Kafka's own clients against llog's Kafka listener, on real Oxia + MinIO and two broker
+processes: kafka-python and librdkafka (confluent-kafka) produce idempotently with
+acks=all and every compression, consume with ``assign`` and as a group of three that
+rebalances when one leaves, commit and resume; what they write reads back through
+``/consume``, and what ``/produce`` writes reads back through them."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from confluent_kafka import Consumer, Producer
+from confluent_kafka import TopicPartition as CkPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+from .conftest import BrokerProcess, value_bytes
+
+PARTITIONS = 4
+KAFKA_ENV = {"LLOG_KAFKA_PORT": "0", "LLOG_KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS": "500",
+             "LLOG_BROKER_MAX_WAIT_MS": "500"}
+
+
+@pytest.fixture
+def brokers(broker_factory) -> list[BrokerProcess]:
+    return [broker_factory(env=KAFKA_ENV) for _ in range(2)]
+
+
+def _create(bootstrap: str, topic: str, partitions: int = PARTITIONS) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
+
+
+def _bootstrap(brokers: list[BrokerProcess]) -> str:
+    return ",".join(b.kafka for b in brokers)
+
+
+def _ck_produce(bootstrap: str, topic: str, records: list[tuple[bytes, bytes]], **conf) -> None:
+    errors: list = []
+    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all", "linger.ms": 5,
+                  **conf})
+    for key, value in records:
+        p.produce(topic, key=key, value=value, on_delivery=lambda e, m: errors.append(e) if e else None)
+    assert p.flush(60) == 0
+    assert errors == []
+
+
+def _assign_all(bootstrap: str, topic: str, expected: int) -> list[tuple[int, int, bytes, bytes]]:
+    c = KafkaConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest", enable_auto_commit=False,
+                      consumer_timeout_ms=3000)
+    c.assign([TopicPartition(topic, p) for p in range(PARTITIONS)])
+    got = []
+    deadline = time.monotonic() + 60
+    while len(got) < expected and time.monotonic() < deadline:
+        got += [(m.partition, m.offset, m.key, m.value) for m in c]
+    c.close()
+    return sorted(got)
+
+
+def test_every_compression_of_both_clients_is_stored_once_and_reads_back_everywhere(brokers, unique_topic):
+    bootstrap = _bootstrap(brokers)
+    _create(bootstrap, unique_topic)
+    sent = []
+    for codec in ("none", "gzip", "snappy", "lz4", "zstd"):
+        batch = [(b"%s-%03d" % (codec.encode(), i), b"value %d " % i * 10) for i in range(60)]
+        _ck_produce(bootstrap, unique_topic, batch, **{"compression.type": codec})
+        sent += batch
+    p = KafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True, compression_type="gzip")
+    py_batch = [(b"kafka-python-%03d" % i, b"v%d" % i) for i in range(60)]
+    for key, value in py_batch:
+        p.send(unique_topic, key=key, value=value)
+    p.flush(60)
+    p.close()
+    sent += py_batch
+    got = _assign_all(bootstrap, unique_topic, len(sent))
+    assert sorted((k, v) for _, _, k, v in got) == sorted(sent)
+    for partition in range(PARTITIONS):  # Kafka's offsets: 0, 1, 2 ... in every partition
+        offsets = [o for p, o, _, _ in got if p == partition]
+        assert offsets == list(range(len(offsets)))
+    # The same records through HTTP, at llog's offsets (Kafka's + 1), key for key.
+    http = {}
+    for partition in range(PARTITIONS):
+        offset = 1
+        while True:
+            reply = brokers[1].client.consume([{"topic": unique_topic, "partition": partition,
+                                                "fetch_offset": offset}], max_wait_ms=0)
+            (res,) = reply.json["results"]
+            for r in res["records"]:
+                http[(partition, r["offset"] - 1)] = (value_bytes(r["key"]), value_bytes(r["value"]))
+            offset = res["next_fetch_offset"]
+            if offset > res["high_watermark"]:
+                break
+    assert http == {(p, o): (k, v) for p, o, k, v in got}
+
+
+def test_records_produced_over_http_are_read_by_kafka_clients(brokers, unique_topic):
+    bootstrap = _bootstrap(brokers)
+    _create(bootstrap, unique_topic)
+    reply = brokers[0].client.produce([{"topic": unique_topic, "partition": 2, "records": [
+        {"key": "k1", "value": "first", "headers": [{"key": "h", "value": "1"}]}, {"value": "second"}]}])
+    assert reply.status == 200, reply.body
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{unique_topic}-assign", "enable.auto.commit": False})
+    c.assign([CkPartition(unique_topic, 2, 0)])
+    got = []
+    deadline = time.monotonic() + 30
+    while len(got) < 2 and time.monotonic() < deadline:
+        m = c.poll(0.5)
+        if m is not None and m.error() is None:
+            got.append((m.offset(), m.key(), m.value(), m.headers()))
+    c.close()
+    assert got == [(0, b"k1", b"first", [("h", b"1")]), (1, None, b"second", None)]
+
+
+def _group_member(bootstrap: str, group: str, topic: str) -> Consumer:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                  "enable.auto.commit": False, "session.timeout.ms": 6000, "heartbeat.interval.ms": 500,
+                  "partition.assignment.strategy": "range"})
+    c.subscribe([topic])
+    return c
+
+
+def _poll_until(members: list[Consumer], seen: dict, want: int, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while len(seen) < want and time.monotonic() < deadline:
+        for c in members:
+            m = c.poll(0.2)
+            if m is not None and m.error() is None:
+                seen[(m.partition(), m.offset())] = m.value()
+                c.commit(message=m, asynchronous=False)
+
+
+def test_a_group_of_three_rebalances_when_one_leaves_and_resumes_from_its_commits(brokers, unique_topic):
+    bootstrap = _bootstrap(brokers)
+    _create(bootstrap, unique_topic)
+    group = f"{unique_topic}-group"
+    _ck_produce(bootstrap, unique_topic, [(b"%d" % i, b"first-%d" % i) for i in range(200)])
+    members = [_group_member(bootstrap, group, unique_topic) for _ in range(3)]
+    seen: dict = {}
+    _poll_until(members, seen, 200)
+    assert len(seen) == 200
+    owned = [len(c.assignment()) for c in members]
+    assert sum(owned) == PARTITIONS and max(owned) < PARTITIONS  # the partitions are shared out
+    members.pop().close()  # one leaves: the other two take its partitions
+    _ck_produce(bootstrap, unique_topic, [(b"%d" % i, b"second-%d" % i) for i in range(200)])
+    _poll_until(members, seen, 400)
+    assert len(seen) == 400
+    assert sum(len(c.assignment()) for c in members) == PARTITIONS
+    for c in members:
+        c.close()
+    # A new member resumes after the commits: it reads only what is written next.
+    _ck_produce(bootstrap, unique_topic, [(b"x", b"third")])
+    late = _group_member(bootstrap, group, unique_topic)
+    fresh: dict = {}
+    _poll_until([late], fresh, 1)
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline:  # and nothing else turns up
+        m = late.poll(0.2)
+        if m is not None and m.error() is None:
+            fresh[(m.partition(), m.offset())] = m.value()
+    late.close()
+    assert list(fresh.values()) == [b"third"]
+    committed = brokers[0].client.request("GET", f"/groups/{group}/offsets").json
+    assert sum(o["offset"] - 1 for o in committed["offsets"]) == 401  # llog's next offsets, Kafka's + 1

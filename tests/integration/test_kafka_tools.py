@@ -1,0 +1,73 @@
+"""Kafka's own Java client and tools (4.1, from Maven Central: ``devstack/_jars.py``) against
+llog's Kafka listener on real Oxia + MinIO: TopicCommand, the console producer and consumer,
+ProducerPerformance and ConsumerPerformance, ConsumerGroupCommand. Each runs as
+``java -cp ... <tool class>``, as Kafka's scripts run them."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from devstack import java, kafka_tools_classpath
+
+from .conftest import BrokerProcess
+
+TOOLS = "org.apache.kafka.tools."
+
+
+@pytest.fixture
+def broker(broker_factory) -> BrokerProcess:
+    return broker_factory(env={"LLOG_KAFKA_PORT": "0", "LLOG_KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS": "0",
+                               "LLOG_BROKER_MAX_WAIT_MS": "500"})
+
+
+def _tool(cls: str, *args: str, stdin: str | None = None, timeout: float = 120) -> str:
+    done = subprocess.run([java(), "-cp", kafka_tools_classpath(), TOOLS + cls, *args], input=stdin,
+                          capture_output=True, text=True, timeout=timeout, check=False)
+    assert done.returncode == 0, f"{cls} exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return done.stdout
+
+
+def test_topic_command_creates_describes_and_lists(broker, unique_topic):
+    bs = ["--bootstrap-server", broker.kafka]
+    assert f"Created topic {unique_topic}" in _tool("TopicCommand", *bs, "--create", "--topic", unique_topic,
+                                                    "--partitions", "3", "--config", "retention.ms=3600000")
+    described = _tool("TopicCommand", *bs, "--describe", "--topic", unique_topic)
+    assert "PartitionCount: 3" in described and described.count(f"Topic: {unique_topic}\tPartition:") == 3
+    assert unique_topic in _tool("TopicCommand", *bs, "--list").split()
+    topic = broker.client.request("GET", f"/topics/{unique_topic}").json["topic"]
+    assert (topic["partitions"], topic["config"]["retention.ms"]) == (3, "3600000")
+
+
+def test_console_producer_to_console_consumer_and_the_group_command(broker, unique_topic):
+    bs = ["--bootstrap-server", broker.kafka]
+    _tool("TopicCommand", *bs, "--create", "--topic", unique_topic, "--partitions", "2")
+    lines = [f"key-{i}:value-{i}" for i in range(30)]
+    _tool("ConsoleProducer", *bs, "--topic", unique_topic, "--property", "parse.key=true",
+          "--property", "key.separator=:", stdin="\n".join(lines) + "\n")
+    group = f"{unique_topic}-console"
+    out = _tool("consumer.ConsoleConsumer", *bs, "--topic", unique_topic, "--from-beginning", "--max-messages",
+                "30", "--group", group, "--property", "print.key=true", "--property", "key.separator=:")
+    assert sorted(out.split()) == sorted(lines)
+    described = _tool("consumer.group.ConsumerGroupCommand", *bs, "--describe", "--group", group)
+    rows = [line.split() for line in described.splitlines() if line.startswith(group)]
+    # GROUP TOPIC PARTITION CURRENT-OFFSET LOG-END-OFFSET LAG ...: everything consumed and committed
+    assert sorted((r[1], r[2]) for r in rows) == [(unique_topic, "0"), (unique_topic, "1")]
+    assert sum(int(r[3]) for r in rows) == 30 and all(r[3] == r[4] and r[5] == "0" for r in rows)
+    assert group in _tool("consumer.group.ConsumerGroupCommand", *bs, "--list").split()
+
+
+def test_producer_and_consumer_performance_move_every_record(broker, unique_topic):
+    bs = ["--bootstrap-server", broker.kafka]
+    _tool("TopicCommand", *bs, "--create", "--topic", unique_topic, "--partitions", "4")
+    produced = _tool("ProducerPerformance", "--topic", unique_topic, "--num-records", "5000", "--record-size", "512",
+                     "--throughput", "-1", "--producer-props", f"bootstrap.servers={broker.kafka}", "acks=all",
+                     "linger.ms=10")
+    assert "5000 records sent" in produced.splitlines()[-1]
+    consumed = _tool("ConsumerPerformance", *bs, "--topic", unique_topic, "--messages", "5000", "--timeout", "60000")
+    header, row = consumed.strip().splitlines()[-2:]
+    fields = dict(zip([h.strip() for h in header.split(",")], [v.strip() for v in row.split(",")]))
+    assert int(fields["data.consumed.in.nMsg"]) == 5000
+    counts = [len(broker.client.consume_all(unique_topic, p)) for p in range(4)]
+    assert sum(counts) == 5000

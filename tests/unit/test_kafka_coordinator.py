@@ -1,0 +1,197 @@
+"""The classic group protocol's state machine (``server/_kafka/coordinator.py``):
+joins, generations, sync, heartbeats, leaves, session expiry, commits' checks, and
+the generation carried over from Oxia. Members are threads, as the handler pool's
+requests are; the clock is the test's, so expiry is decided, not waited for."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from server._groups.offsets import GroupOffsets
+from server._kafka.coordinator import COMPLETING, EMPTY, PREPARING, STABLE, GroupCoordinator
+from server._kafka.errors import Code
+from server._kafka.nodes import Node, Nodes
+from server._protocol.keys import LogLayout
+from server._storage.metastore import InMemoryMetadataStore
+
+PROTOCOLS = [("range", b"sub")]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.lock = threading.Lock()
+
+    def __call__(self) -> float:
+        with self.lock:
+            return self.now
+
+    def advance(self, seconds: float) -> None:
+        with self.lock:
+            self.now += seconds
+
+
+@pytest.fixture
+def world():
+    meta = InMemoryMetadataStore()
+    layout = LogLayout("llog")
+    nodes = Nodes(meta, layout, broker_id="b1", host="h", port=1)
+    nodes.register()
+    clock = Clock()
+    coordinator = GroupCoordinator(GroupOffsets(meta, layout), nodes, initial_delay_ms=500, clock=clock)
+    pool = ThreadPoolExecutor(8)
+    yield coordinator, clock, pool, GroupOffsets(meta, layout), nodes
+    coordinator.close()
+    pool.shutdown()
+
+
+def _join(c: GroupCoordinator, member: str = "", *, v4: bool = True, session_ms: int = 10_000,
+          rebalance_ms: int = 10_000, protocols=PROTOCOLS):
+    return c.join("g", member, client_id="c", client_host="", session_timeout_ms=session_ms,
+                  rebalance_timeout_ms=rebalance_ms, protocol_type="consumer", protocols=protocols,
+                  require_member_id=v4)
+
+
+def _form(c: GroupCoordinator, clock: Clock, pool: ThreadPoolExecutor, n: int, **kw) -> list:
+    """``n`` members joining an empty group together: the initial delay (on the test's clock)
+    lets every one in before the first generation."""
+    ids = [_member_id(c) for _ in range(n)]
+    futures = [pool.submit(_join, c, m, **kw) for m in ids]
+    assert _wait_for(lambda: len(c.describe("g")[3]) == n)
+    clock.advance(1)
+    return [f.result(10) for f in futures]
+
+
+def _member_id(c: GroupCoordinator) -> str:
+    first = _join(c)
+    assert first.error == Code.MEMBER_ID_REQUIRED and first.member_id
+    return first.member_id
+
+
+def test_one_member_joins_syncs_and_is_stable(world):
+    c, _, _, offsets, _ = world
+    (joined,) = _form(c, world[1], world[2], 1)
+    mid = joined.member_id
+    assert (joined.error, joined.generation, joined.leader, joined.protocol) == (0, 1, mid, "range")
+    assert [m.member_id for m in joined.members] == [mid]  # the leader sees the subscriptions
+    assert c.sync("g", mid, 1, {mid: b"assignment"}) == (0, "consumer", "range", b"assignment")
+    assert c.describe("g")[0] == STABLE
+    assert c.heartbeat("g", mid, 1) == Code.NONE
+    assert offsets.generation("g") == 1
+
+
+def test_a_second_member_makes_a_rebalance_that_both_complete(world):
+    c, clock, pool, _, _ = world
+    (first,) = _form(c, clock, pool, 1)
+    a = first.member_id
+    assert c.sync("g", a, 1, {a: b"all"})[0] == 0
+    b = _member_id(c)
+    b_join = pool.submit(_join, c, b)
+    # a learns of the rebalance from its heartbeat and joins again
+    assert _wait_for(lambda: c.heartbeat("g", a, 1) == Code.REBALANCE_IN_PROGRESS)
+    a_join = _join(c, a)
+    b_result = b_join.result(10)
+    assert a_join.generation == b_result.generation == 2
+    assert a_join.leader == a and len(a_join.members) == 2 and b_result.members == ()
+    b_sync = pool.submit(c.sync, "g", b, 2, {})
+    assert c.sync("g", a, 2, {a: b"half-a", b: b"half-b"})[3] == b"half-a"
+    assert b_sync.result(10)[3] == b"half-b"
+
+
+def _wait_for(condition, timeout: float = 10.0) -> bool:
+    done = threading.Event()
+    deadline = threading.Timer(timeout, done.set)
+    deadline.start()
+    try:
+        while not done.is_set():
+            if condition():
+                return True
+            done.wait(0.02)
+        return False
+    finally:
+        deadline.cancel()
+
+
+def test_a_member_whose_session_expires_is_removed_and_the_group_rebalances(world):
+    c, clock, pool, _, _ = world
+    results = _form(c, clock, pool, 2, session_ms=6000)
+    a, b = (r.member_id for r in results)
+    leader = results[0].leader
+    other = b if leader == a else a
+    other_sync = pool.submit(c.sync, "g", other, 1, {})
+    assert c.sync("g", leader, 1, {a: b"1", b: b"2"})[0] == 0
+    assert other_sync.result(10)[0] == 0  # its last sign of life
+    clock.advance(5)
+    assert c.heartbeat("g", leader, 1) == Code.NONE  # the leader keeps its session; the other does not
+    clock.advance(2)
+    assert _wait_for(lambda: c.describe("g")[0] == PREPARING)
+    assert c.heartbeat("g", other, 1) == Code.UNKNOWN_MEMBER_ID
+    again = _join(c, leader)
+    assert (again.generation, [m.member_id for m in again.members]) == (2, [leader])
+
+
+def test_leaving_rebalances_the_rest_and_the_last_leave_empties_the_group(world):
+    c, clock, pool, _, _ = world
+    a, b = (r.member_id for r in _form(c, clock, pool, 2))
+    assert c.leave("g", [b, "nobody"]) == [Code.NONE, Code.UNKNOWN_MEMBER_ID]
+    assert c.describe("g")[0] == PREPARING
+    assert _join(c, a).generation == 2
+    assert c.leave("g", [a]) == [Code.NONE]
+    assert c.describe("g")[0] == EMPTY
+
+
+def test_commits_are_checked_against_member_and_generation(world):
+    c, clock, pool, _, _ = world
+    assert c.check_commit("g", "", -1) == Code.NONE  # no members: a simple commit is fine
+    (joined,) = _form(c, clock, pool, 1)
+    mid = joined.member_id
+    assert c.describe("g")[0] == COMPLETING
+    assert c.check_commit("g", "", -1) == Code.UNKNOWN_MEMBER_ID  # the group has members now
+    assert c.check_commit("g", mid, 0) == Code.ILLEGAL_GENERATION
+    assert c.check_commit("g", "stranger", 1) == Code.UNKNOWN_MEMBER_ID
+    assert c.check_commit("g", mid, 1) == Code.NONE
+
+
+def test_unknown_members_inconsistent_protocols_and_bad_timeouts_are_refused(world):
+    c, clock, pool, _, _ = world
+    assert _join(c, "made-up").error == Code.UNKNOWN_MEMBER_ID
+    assert _join(c, session_ms=0).error == Code.INVALID_SESSION_TIMEOUT
+    _form(c, clock, pool, 1)
+    other = _member_id(c)
+    assert _join(c, other, protocols=[("sticky", b"")]).error == Code.INCONSISTENT_GROUP_PROTOCOL
+
+
+def test_a_join_before_v4_gets_its_member_id_at_once(world):
+    c, clock, pool, _, _ = world
+    future = pool.submit(_join, c, v4=False)
+    assert _wait_for(lambda: len(c.describe("g")[3]) == 1)
+    clock.advance(1)
+    joined = future.result(10)
+    assert joined.error == 0 and joined.member_id and joined.generation == 1
+
+
+def test_a_new_coordinator_continues_the_generation_stored_in_oxia(world):
+    c, _, _, offsets, nodes = world
+    offsets.set_generation("g", 41, ["old-member"])
+    fresh = GroupCoordinator(offsets, nodes, initial_delay_ms=0)
+    try:
+        mid = fresh.join("g", "", client_id="c", client_host="", session_timeout_ms=10_000,
+                         rebalance_timeout_ms=10_000, protocol_type="consumer", protocols=PROTOCOLS,
+                         require_member_id=False)
+        assert mid.generation == 42
+    finally:
+        fresh.close()
+
+
+def test_a_group_another_node_coordinates_is_not_coordinator_here(world):
+    c, _, _, _, nodes = world
+    nodes._live = (nodes.me, Node(nodes.me.node_id + 1, "h2", 2, "b2"))
+    theirs = next(g for g in (f"group-{i}" for i in range(100)) if nodes.coordinator(g) != nodes.me)
+    assert c.join(theirs, "", client_id="c", client_host="", session_timeout_ms=10_000,
+                  rebalance_timeout_ms=10_000, protocol_type="consumer", protocols=PROTOCOLS,
+                  require_member_id=True).error == Code.NOT_COORDINATOR
+    assert c.heartbeat(theirs, "m", 1) == Code.NOT_COORDINATOR
+    assert c.check_commit(theirs, "", -1) == Code.NOT_COORDINATOR

@@ -1,0 +1,206 @@
+"""The Kafka listener over the in-memory stores: kafka-python and librdkafka as clients,
+raw frames for what a client would never send.
+
+The same broker parts as ``test_broker.py``'s ``Cluster`` (a real listener on a
+free port, the in-memory Oxia and S3); the tests on the real services and
+Kafka's Java tools are ``tests/integration/test_kafka_*.py``.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+
+import pytest
+from confluent_kafka import Consumer, Producer
+from confluent_kafka import TopicPartition as CkTopicPartition
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.admin import NewTopic
+from kafka.protocol.metadata import ApiVersionsRequest
+from kafka.protocol.consumer import FetchRequest
+from kafka.protocol.producer import ProduceRequest, ProduceResponse
+
+from server._broker.kafka_front import KafkaFront
+from server._catalogue.topic_config import TopicDefaults
+from server._kafka.codec import APIS
+from server._protocol.kafka_batch import build_batch
+from server._protocol.kafka_records import Record
+from tests.unit.test_broker import Cluster, consume_body, doc
+
+
+@pytest.fixture
+def kafka():
+    with Cluster() as cluster:
+        broker = cluster.broker(topics=TopicDefaults(partitions=4), kafka_port=0, max_wait_ms_cap=500,
+                                kafka_group_initial_rebalance_delay_ms=0)
+        front = KafkaFront(broker, cluster.meta)
+        try:
+            yield broker, f"127.0.0.1:{front.port}"
+        finally:
+            front.close()
+
+
+def _admin(bootstrap: str) -> KafkaAdminClient:
+    return KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
+
+
+def test_kafka_python_produces_idempotently_and_reads_back_with_assign(kafka):
+    broker, bootstrap = kafka
+    _admin(bootstrap).create_topics([NewTopic("orders", 2, 1)])
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True,
+                             compression_type="gzip")
+    sent = [producer.send("orders", key=b"k%d" % i, value=b"v%d" % i, partition=i % 2,
+                          headers=[("h", b"%d" % i)]) for i in range(40)]
+    producer.flush()
+    meta = [f.get(10) for f in sent]
+    assert sorted(m.offset for m in meta if m.partition == 0) == list(range(20))
+    producer.close()
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest", consumer_timeout_ms=2000,
+                             enable_auto_commit=False)
+    consumer.assign([TopicPartition("orders", 0), TopicPartition("orders", 1)])
+    got = sorted((m.partition, m.offset, m.key, m.value, m.headers) for m in consumer)
+    consumer.close()
+    assert len(got) == 40
+    assert got[0] == (0, 0, b"k0", b"v0", [("h", b"0")])
+    # The same records through /consume: Kafka's offset 0 is llog's offset 1.
+    answer = doc(broker.consume(consume_body("orders", 0, 1)))
+    assert answer["results"][0]["records"][0]["offset"] == 1
+    assert answer["record_count"] == 20
+
+
+def test_librdkafka_produces_every_compression_and_a_group_consumes_and_commits(kafka):
+    _, bootstrap = kafka
+    for codec in ("none", "gzip", "snappy", "lz4", "zstd"):
+        errors: list = []
+        p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
+                      "compression.type": codec, "linger.ms": 2})
+        for i in range(25):
+            p.produce("events", key=b"%s-%d" % (codec.encode(), i), value=b"x" * 100,
+                      on_delivery=lambda e, m: errors.append(e) if e else None)
+        assert p.flush(20) == 0
+        assert errors == []
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "g", "auto.offset.reset": "earliest",
+                  "enable.auto.commit": False, "session.timeout.ms": 6000})
+    c.subscribe(["events"])
+    keys = set()
+    deadline = time.monotonic() + 30
+    while len(keys) < 125 and time.monotonic() < deadline:
+        m = c.poll(0.5)
+        if m is not None and m.error() is None:
+            keys.add(m.key())
+    c.commit(asynchronous=False)
+    committed = c.committed([CkTopicPartition("events", p) for p in range(4)], timeout=10)
+    c.close()
+    assert len(keys) == 125
+    assert sum(tp.offset for tp in committed if tp.offset >= 0) == 125
+
+
+# -- raw frames ------------------------------------------------------------------------------------
+
+
+def _connect(bootstrap: str) -> socket.socket:
+    host, port = bootstrap.split(":")
+    s = socket.create_connection((host, int(port)), timeout=5)
+    return s
+
+
+def _request(s: socket.socket, payload: bytes) -> bytes:
+    s.sendall(struct.pack(">i", len(payload)) + payload)
+    return _response(s)
+
+
+def _response(s: socket.socket) -> bytes:
+    head = _recv(s, 4)
+    return _recv(s, struct.unpack(">i", head)[0])
+
+
+def _recv(s: socket.socket, n: int) -> bytes:
+    out = b""
+    while len(out) < n:
+        chunk = s.recv(n - len(out))
+        if not chunk:
+            raise ConnectionError("closed")
+        out += chunk
+    return out
+
+
+def _closed(s: socket.socket) -> bool:
+    try:
+        return s.recv(1) == b""
+    except ConnectionError:
+        return True
+
+
+def _encoded(request, version: int, correlation_id: int) -> bytes:
+    request.with_header(correlation_id=correlation_id, client_id="raw")
+    return request.encode(header=True)
+
+
+def test_an_unknown_api_version_of_api_versions_is_answered_in_v0_with_every_range(kafka):
+    _, bootstrap = kafka
+    s = _connect(bootstrap)
+    # ApiVersions v99: the header (key 18, version 99, correlation 7, client id "x") then anything.
+    answer = _request(s, struct.pack(">hhih", 18, 99, 7, 1) + b"x" + b"\x00\x01")
+    correlation, code, count = struct.unpack_from(">ihi", answer)
+    assert (correlation, code, count) == (7, 35, len(APIS))
+    # The connection stays usable.
+    ok = _request(s, _encoded(ApiVersionsRequest[0](), 0, 8))
+    assert struct.unpack_from(">ih", ok) == (8, 0)
+    s.close()
+
+
+@pytest.mark.parametrize("frame, why", [
+    (struct.pack(">hhih", 0, 2, 1, -1) + b"\x00" * 10, "Produce v2 is advertised but not served"),
+    (struct.pack(">hhih", 57, 0, 1, -1), "an API key not served"),
+    (struct.pack(">hhih", 3, 40, 1, -1), "a version past the range"),
+    (struct.pack(">hhih", 3, 1, 1, -1) + b"\x7f\xff\xff\xff", "a body that does not decode"),
+    (b"\x00\x03", "a frame shorter than a header"),
+])
+def test_a_frame_that_is_not_a_request_closes_the_connection_and_the_listener_serves_on(kafka, frame, why):
+    _, bootstrap = kafka
+    s = _connect(bootstrap)
+    s.sendall(struct.pack(">i", len(frame)) + frame)
+    assert _closed(s), why
+    s2 = _connect(bootstrap)
+    assert struct.unpack_from(">ih", _request(s2, _encoded(ApiVersionsRequest[0](), 0, 3))) == (3, 0)
+    s2.close()
+
+
+def test_an_oversized_frame_is_refused_before_it_is_read(kafka):
+    broker, bootstrap = kafka
+    s = _connect(bootstrap)
+    s.sendall(struct.pack(">i", broker.config.max_request_bytes + 1))
+    assert _closed(s)
+
+
+def test_responses_come_in_request_order_on_a_pipelined_connection(kafka):
+    _, bootstrap = kafka
+    s = _connect(bootstrap)
+    # A long-polling fetch first, then quick requests behind it: answers stay in order.
+    F = FetchRequest[4]
+    fetch = F(replica_id=-1, max_wait_ms=300, min_bytes=1, max_bytes=1 << 20, isolation_level=0, topics=[
+        F.FetchTopic(topic="orders", partitions=[F.FetchTopic.FetchPartition(partition=0, fetch_offset=0,
+                                                                              partition_max_bytes=1 << 20)])])
+    frames = [_encoded(fetch, 4, 1)] + [_encoded(ApiVersionsRequest[0](), 0, i) for i in range(2, 7)]
+    s.sendall(b"".join(struct.pack(">i", len(f)) + f for f in frames))
+    assert [struct.unpack_from(">i", _response(s))[0] for _ in frames] == [1, 2, 3, 4, 5, 6]
+    s.close()
+
+
+def test_a_corrupt_batch_and_an_unknown_partition_get_their_error_codes(kafka):
+    _, bootstrap = kafka
+    batch = bytearray(build_batch([Record(b"v")], now_ms=0))
+    good = bytes(batch)
+    batch[-1] ^= 0xFF  # the CRC no longer matches
+    P = ProduceRequest[7]
+    req = P(transactional_id=None, acks=-1, timeout_ms=5000, topic_data=[P.TopicProduceData(name="orders", partition_data=[
+        P.TopicProduceData.PartitionProduceData(index=0, records=bytes(batch)),
+        P.TopicProduceData.PartitionProduceData(index=9, records=good),
+        P.TopicProduceData.PartitionProduceData(index=1, records=good)])])
+    s = _connect(bootstrap)
+    raw = _request(s, _encoded(req, 7, 11))
+    resp = ProduceResponse.decode(raw[4:], version=7)
+    codes = {p.index: p.error_code for t in resp.responses for p in t.partition_responses}
+    assert codes == {0: 2, 9: 3, 1: 0}  # CORRUPT_MESSAGE, UNKNOWN_TOPIC_OR_PARTITION, stored
+    s.close()
