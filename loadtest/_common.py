@@ -20,7 +20,7 @@ import time
 import uuid
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Sequence
 
 __all__ = ["Broker", "stack_env", "run_threads", "put_bandwidth"]
 
@@ -61,21 +61,24 @@ class Broker:
     """One broker process (``--role``) on a free port, logging to ``log_path``;
     it gets SIGTERM if the benchmark dies (see ``die_with_parent_argv``)."""
 
-    def __init__(self, env: dict[str, str], role: str, log_path: Path) -> None:
+    def __init__(self, env: dict[str, str], role: str, log_path: Path, args: Sequence[str] = ()) -> None:
         from devstack import die_with_parent_argv
 
         self._log = open(log_path, "wb")
         self.proc = subprocess.Popen(
             die_with_parent_argv([sys.executable, "-m", "server.leaderless_log_broker", "--port", "0",
-                                  "--role", role, "--log-level", "WARNING"]),
+                                  "--role", role, "--log-level", "WARNING", *args]),
             env={**os.environ, **env, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE, stderr=self._log,
         )
         line = self.proc.stdout.readline() if self.proc.stdout else b""
         if not line:
             self.stop()
             raise RuntimeError(f"broker did not start; see {log_path}")
-        self.port = json.loads(line)["port"]
+        info = json.loads(line)
+        self.port = info["port"]
         self.url = f"http://127.0.0.1:{self.port}"
+        self.kafka = None if info.get("kafka_port") is None else f"127.0.0.1:{info['kafka_port']}"
+        """The Kafka listener's bootstrap server, when started with ``--kafka-port``."""
 
     def cpu_seconds(self) -> float:
         """CPU time (user + system) the broker process has used so far."""

@@ -207,6 +207,7 @@ class ChaosCluster:
         broker_env: Mapping[str, str] | None = None,
         compactor_env: Mapping[str, str] | None = None,
         retention_ms: int = -1,
+        kafka: bool = False,
     ) -> None:
         if brokers < 1 or partitions < 1 or compactors < 1:
             raise ValueError("need at least one broker, one compactor and one partition")
@@ -215,6 +216,9 @@ class ChaosCluster:
         self.partitions = partitions
         self.retention_ms = retention_ms
         """The topic's retention.ms (-1 keeps everything)."""
+        self.kafka = kafka
+        """Every broker runs its Kafka listener, on a port it keeps across restarts."""
+        self.kafka_bootstrap = ""
         self.root_prefix = f"chaos-{uuid.uuid4().hex[:8]}"
         self._broker_count = brokers
         self._compactor_count = compactors
@@ -258,12 +262,15 @@ class ChaosCluster:
             self.env = self._stack.settings.env(root_prefix=self.root_prefix)
             self._initialize_partitions()
             ports = free_ports(self._broker_count + self._compactor_count)
+            kafka_ports = free_ports(self._broker_count) if self.kafka else []
+            self.kafka_bootstrap = ",".join(f"127.0.0.1:{p}" for p in kafka_ports)
             for i in range(self._broker_count):
                 name = f"broker-{i + 1}"
+                kafka = ["--kafka-port", str(kafka_ports[i])] if self.kafka else []
                 self.brokers.append(ServiceProcess(
                     name,
                     [sys.executable, "-m", "server.leaderless_log_broker", "--port", str(ports[i]),
-                     "--role", "both", "--broker-id", name],
+                     "--role", "both", "--broker-id", name, *kafka],
                     {**self.env, **self._broker_env}, self.logs_dir / f"{name}.log", ports[i], self._spawner,
                 ))
             for i, port in enumerate(ports[self._broker_count:]):

@@ -40,7 +40,7 @@ from server._protocol.outcomes import (
 )
 from testing.history import FAILED, OK, UNKNOWN, ProducedBatch, ReadPass
 from testing._chaos_cluster import ChaosCluster
-from testing._chaos_nemesis import Nemesis, NemesisEvent
+from testing._chaos_nemesis import Nemesis
 
 _OUT_OF_RANGE = error_type_of(OffsetOutOfRange)
 _REFUSALS = (error_type_of(OutOfOrderSequence), error_type_of(ProducerFenced))

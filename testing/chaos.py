@@ -9,6 +9,10 @@ under a fresh root prefix, then for ``--seconds``:
   unique records) to random live brokers and record every batch's outcome:
   acknowledged (offsets), definitely failed, or unknown (no answer, 504,
   500, ``OutcomeUnknown``);
+  With ``--kafka`` the brokers also run their Kafka listeners and the
+  producers are librdkafka idempotent producers (acks=all) given every
+  listener (``testing/_chaos_kafka.py``): each message must be in the log
+  at most once, and at its acknowledged offset;
 - a consumer follows every partition through ``/consume`` on random live
   brokers (what it saw must still be in the log afterwards);
 - a nemesis (``testing/_chaos_nemesis.py``) SIGKILLs a random broker or
@@ -60,6 +64,7 @@ from typing import Any, Callable
 
 from testing.history import KINDS, OK, CheckResult, ReadPass, Violation, check
 from testing._chaos_cluster import ChaosCluster
+from testing._chaos_kafka import KafkaClientProducer
 from testing._chaos_nemesis import FaultPlan, Nemesis
 from testing._chaos_workload import (
     History,
@@ -108,6 +113,8 @@ class ChaosOptions:
     """The topic's retention.ms (-1: keep everything): the log starts move while the faults run (SPEC 7.10)."""
     idempotent: bool = False
     """Idempotent producers (SPEC 7.12) that resend every batch not acknowledged until it is: one copy each."""
+    kafka: bool = False
+    """librdkafka idempotent producers through the brokers' Kafka listeners (``_chaos_kafka.py``)."""
     seed: int = 0
     data_dir: Path | None = None
     progress_s: float = 5.0
@@ -277,14 +284,14 @@ def run(opts: ChaosOptions, say: Callable[[str], None] = print) -> ChaosReport:
 
     oxia_mode = "cluster" if opts.oxia_node_loss else "standalone"
     with ChaosCluster(data_dir, partitions=opts.partitions, brokers=opts.brokers, compactors=opts.compactors,
-                      oxia_mode=oxia_mode, retention_ms=opts.retention_ms) as cluster:
+                      oxia_mode=oxia_mode, retention_ms=opts.retention_ms, kafka=opts.kafka) as cluster:
         phase("start")
         say(f"[chaos] up in {phases['start']:.1f}s: {opts.brokers} brokers, {opts.compactors} compactor(s), "
             f"Oxia {oxia_mode}, {opts.partitions} partitions of {cluster.topic!r} under {cluster.root_prefix}; "
             f"faults {fault_plan(opts)}")
         stop = threading.Event()
         history = History()  # its clock is the run's: batch times line up with nemesis events
-        kind = IdempotentProducer if opts.idempotent else Producer
+        kind = KafkaClientProducer if opts.kafka else IdempotentProducer if opts.idempotent else Producer
         producers = [kind(i, cluster, history, stop, seed=opts.seed * 1000 + i) for i in range(opts.producers)]
         nemesis = Nemesis(cluster, stop, seconds=opts.seconds, plan=fault_plan(opts), seed=opts.seed,
                           interval_s=opts.fault_interval_s, t0=history.t0)
@@ -339,6 +346,12 @@ def run(opts: ChaosOptions, say: Callable[[str], None] = print) -> ChaosReport:
         report = _report(opts, cluster, data_dir, ran_s, history, nemesis, result, liveness, compaction, phases)
         report.tail_consumer = {"requests": tail.requests, "errors": dict(tail.errors)}
         report.acknowledged_by_window = progress
+        if opts.kafka:
+            report.idempotence = {
+                "messages": sum(1 for b in history.batches if b.idempotent),
+                "delivered": sum(1 for b in history.batches if b.outcome == OK),
+                "fatal_errors": sum(getattr(p, "fatal", 0) for p in producers),
+            }
         if opts.idempotent:
             writes = {b.retry_of or b.batch_id for b in history.batches if b.idempotent}
             report.idempotence = {
@@ -412,6 +425,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--idempotent", action="store_true",
                    help="idempotent producers (POST /producers, sequences) that resend every batch not acknowledged "
                         "until it is: every batch must be in the log once")
+    p.add_argument("--kafka", action="store_true",
+                   help="the brokers run their Kafka listeners and the producers are librdkafka idempotent "
+                        "producers (acks=all) through them: every message in the log at most once")
     p.add_argument("--retention-ms", type=int, default=15_000,
                    help="the topic's retention.ms: log starts move past old compacted ranges while the faults "
                         "run; acknowledged records below them are let go (default 15000; -1 keeps everything)")
@@ -434,7 +450,7 @@ def options_from_args(args: argparse.Namespace, seed: int) -> ChaosOptions:
         compaction_wait_s=args.compaction_wait, retention_ms=args.retention_ms, seed=seed, data_dir=args.data_dir,
         pause=args.pause or args.all, minio_restart=args.minio_restart or args.all,
         compactors=2 if args.two_compactors or args.all else 1, oxia_node_loss=args.oxia_node_loss or args.all,
-        idempotent=args.idempotent,
+        idempotent=args.idempotent, kafka=args.kafka,
     )
 
 

@@ -93,6 +93,16 @@ class BrokerTopics:
         self._remember(topic)
         return topic
 
+    def add_partitions(self, name: str, total: int) -> TopicRecord:
+        topic = self.catalogue.add_partitions(name, total)
+        self._remember(topic)
+        return topic
+
+    def alter_config(self, name: str, changes: Mapping[str, Any]) -> TopicRecord:
+        topic = self.catalogue.alter_config(name, changes)
+        self._remember(topic)
+        return topic
+
     def delete(self, name: str) -> TopicRecord:
         topic = self.catalogue.delete(name)
         self._forget(name)

@@ -34,10 +34,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from kafka.protocol.admin import (
-    CreateTopicsRequest, DeleteTopicsRequest, DescribeClusterRequest, DescribeConfigsRequest,
-    DescribeGroupsRequest, ListGroupsRequest,
+    CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest, DescribeClusterRequest,
+    DescribeConfigsRequest, DescribeGroupsRequest, IncrementalAlterConfigsRequest, ListGroupsRequest,
 )
 from kafka.protocol.api_header import RequestHeader
+from kafka.protocol.schemas.fields.codecs.encode_buffer import EncodeBufferPool
 from kafka.protocol.consumer import (
     FetchRequest, HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, ListOffsetsRequest, OffsetCommitRequest,
     OffsetFetchRequest, OffsetForLeaderEpochRequest, SyncGroupRequest,
@@ -52,6 +53,8 @@ __all__ = ["Api", "APIS", "API_VERSIONS", "MalformedFrame", "KafkaRequest", "dec
 
 SIZE = struct.Struct(">i")
 _PEEK = struct.Struct(">hhi")
+_MAX_HEADER = 8 + 2 + 0x7FFF + 4096
+"""The longest request header: the fixed fields, a client id of 32767 bytes, tagged fields."""
 
 
 class MalformedFrame(InvalidRequest):
@@ -111,6 +114,8 @@ _SERVED = (
     (OffsetForLeaderEpochRequest, 2, 4, None),
     (DescribeConfigsRequest, 1, 4, None),
     (DescribeClusterRequest, 0, 1, None),
+    (CreatePartitionsRequest, 0, 3, None),
+    (IncrementalAlterConfigsRequest, 0, 1, None),
 )
 APIS: dict[int, Api] = {cls.API_KEY: Api(cls.API_KEY, cls, lo, hi, served) for cls, lo, hi, served in _SERVED}
 API_VERSIONS = ApiVersionsRequest.API_KEY
@@ -146,7 +151,7 @@ def decode_request(frame: bytes) -> KafkaRequest:
         raise MalformedFrame(f"{api.name} version {version} is not served ({low}-{api.max_version})", **where)
     flexible = api.request.flexible_version_q(version)
     try:
-        stream = io.BytesIO(frame)
+        stream = io.BytesIO(frame[:_MAX_HEADER])  # not the whole frame: a produce's is megabytes
         header = RequestHeader.decode(stream, flexible=flexible)
         body = api.request.decode(memoryview(frame)[stream.tell():], version=version)
     except Exception as exc:  # the generated decoder raises struct, index, value and unicode errors
@@ -208,7 +213,21 @@ def encode_framed(response: Any, version: int, correlation_id: int) -> bytes:
     if response.API_VERSION != version:
         raise ValueError(f"{type(response).__name__} built at v{response.API_VERSION}, answered at v{version}")
     response.with_header(correlation_id=correlation_id)
-    return response.encode(header=True, framed=True)
+    framed = response.encode(header=True, framed=True)
+    if len(framed) > _KEEP_BUFFER:
+        _drop_encode_buffer()
+    return framed
+
+
+_KEEP_BUFFER = 1 << 20
+
+
+def _drop_encode_buffer() -> None:
+    """kafka-python encodes into a per-thread buffer that keeps the size of the largest
+    message its thread ever encoded; with a handler pool of 64 threads answering fetches
+    of up to 50 MiB that would pin gigabytes. After a large answer the thread's buffer is
+    dropped (the next encode starts a 64 KiB one)."""
+    EncodeBufferPool._local.__dict__.pop("buf", None)
 
 
 def unsupported_api_versions(correlation_id: int) -> bytes:

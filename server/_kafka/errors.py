@@ -14,7 +14,9 @@ OffsetOutOfRange                   1   OFFSET_OUT_OF_RANGE            the consum
 CorruptBatch                       2   CORRUPT_MESSAGE                the batch's CRC or layout
 TooLarge                          10   MESSAGE_TOO_LARGE              past max.message.bytes
 InvalidField, InvalidRequest      87   INVALID_RECORD                 a batch llog cannot store
-OutOfOrderSequence                45   OUT_OF_ORDER_SEQUENCE_NUMBER   the producer resends
+OutOfOrderSequence                19   NOT_ENOUGH_REPLICAS            retriable: the batch before it
+                                                                      may still be on its way
+                                                                      through another broker
 ProducerFenced                    47   INVALID_PRODUCER_EPOCH         a newer instance took over
 BackPressureRejected               7   REQUEST_TIMED_OUT              retriable, as 429 is
 ProducerClosed                     6   NOT_LEADER_OR_FOLLOWER         this broker is going away:
@@ -32,7 +34,16 @@ anything else                     -1   UNKNOWN_SERVER_ERROR           a bug: log
 
 KAFKA_STORAGE_ERROR is Kafka's retriable "the log could not be written": a
 Kafka client retries it after refreshing metadata, as an HTTP client retries
-a 503. Codes the listener answers by itself (NOT_COORDINATOR,
+a 503.
+
+OutOfOrderSequence is llog's retriable gap: with no partition leader, a
+client that moves a partition to another broker (a broker died, metadata
+changed) may send batch N there while batch N-1 is still in flight through
+the first. Kafka's OUT_OF_ORDER_SEQUENCE_NUMBER would make Java clients and
+librdkafka fail the batch and bump the producer's epoch (KIP-360);
+NOT_ENOUGH_REPLICAS says what is true -- nothing was written, send the same
+batch again -- and clients retry it with its sequence until N-1 lands (the
+chaos run with ``--kafka`` found this: ``testing/_chaos_kafka.py``). Codes the listener answers by itself (NOT_COORDINATOR,
 UNSUPPORTED_VERSION, ...) are named in :class:`Code`.
 """
 
@@ -61,6 +72,7 @@ class Code(IntEnum):
     NOT_LEADER_OR_FOLLOWER = 6
     REQUEST_TIMED_OUT = 7
     MESSAGE_TOO_LARGE = 10
+    NOT_ENOUGH_REPLICAS = 19
     COORDINATOR_LOAD_IN_PROGRESS = 14
     COORDINATOR_NOT_AVAILABLE = 15
     NOT_COORDINATOR = 16
@@ -95,7 +107,7 @@ _TABLE: tuple[tuple[type[BaseException], Code], ...] = (
     (PartitionNotInitialized, Code.UNKNOWN_TOPIC_OR_PARTITION),
     (OffsetOutOfRange, Code.OFFSET_OUT_OF_RANGE),
     (CorruptBatch, Code.CORRUPT_MESSAGE),
-    (OutOfOrderSequence, Code.OUT_OF_ORDER_SEQUENCE_NUMBER),
+    (OutOfOrderSequence, Code.NOT_ENOUGH_REPLICAS),
     (ProducerFenced, Code.INVALID_PRODUCER_EPOCH),
     (BackPressureRejected, Code.REQUEST_TIMED_OUT),
     (ProducerClosed, Code.NOT_LEADER_OR_FOLLOWER),

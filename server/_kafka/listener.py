@@ -108,6 +108,7 @@ class _Connection:
         self.sock = sock
         self.peer = peer
         self.answers: queue.Queue = queue.Queue(maxsize=listener._max_inflight)
+        self.rfile = sock.makefile("rb", buffering=1 << 16)
         self._closed = threading.Event()
 
     def start(self) -> None:
@@ -126,15 +127,10 @@ class _Connection:
         self.listener._forget(self)
 
     def _read_exactly(self, n: int) -> bytes | None:
-        buf = bytearray(n)
-        view = memoryview(buf)
-        got = 0
-        while got < n:
-            k = self.sock.recv_into(view[got:], n - got)
-            if k == 0:
-                return None
-            got += k
-        return bytes(buf)
+        """``n`` bytes, None at the end of the stream (the buffered reader fills one ``bytes``
+        of ``n`` for a large read, and saves system calls on small frames)."""
+        data = self.rfile.read(n)
+        return data if len(data) == n else None
 
     def _read_loop(self) -> None:
         metrics = self.listener._metrics
@@ -156,10 +152,11 @@ class _Connection:
                 if answer is None:
                     break
                 self.answers.put(answer)  # blocks at max_inflight: back-pressure
-        except OSError:
+        except (OSError, ValueError):  # ValueError: the file was closed under the read
             pass
         finally:
             self.answers.put(_CLOSE)
+            self.rfile.close()  # the socket's descriptor stays open while its file does
 
     def _dispatch(self, frame: bytes) -> Future | None:
         """The future of the frame's answer, or None to close the connection."""

@@ -9,8 +9,8 @@ the API has a top-level error code, or the error in every partition
 (``answers.py``); anything else is a bug: logged, and the connection closed.
 
 The handlers live by family: ``cluster.py`` (ApiVersions, Metadata,
-DescribeCluster, FindCoordinator, DescribeConfigs, CreateTopics,
-DeleteTopics), ``produce.py`` (Produce, InitProducerId), ``fetch.py``
+DescribeCluster, FindCoordinator), ``admin.py`` (CreateTopics, DeleteTopics,
+CreatePartitions, DescribeConfigs, IncrementalAlterConfigs), ``produce.py`` (Produce, InitProducerId), ``fetch.py``
 (Fetch, ListOffsets, OffsetForLeaderEpoch) and ``groups.py`` (the group
 APIs, over ``coordinator.py``).
 """
@@ -29,7 +29,7 @@ from .._log.producer_ids import ProducerIds
 from .._log.reader import LeaderlessLogReader
 from .._metrics import LlogMetrics
 from .._runtime import Runtime
-from . import cluster, fetch, groups, produce
+from . import admin, cluster, fetch, groups, produce
 from .codec import KafkaRequest, encode_response
 from .coordinator import GroupCoordinator
 from .nodes import Nodes
@@ -67,7 +67,7 @@ class Limits:
 Handler = Callable[["KafkaService", KafkaRequest], Any]
 
 HANDLERS: dict[int, Handler] = {
-    **cluster.HANDLERS, **produce.HANDLERS, **fetch.HANDLERS, **groups.HANDLERS,
+    **cluster.HANDLERS, **admin.HANDLERS, **produce.HANDLERS, **fetch.HANDLERS, **groups.HANDLERS,
 }
 
 

@@ -62,6 +62,30 @@ def test_idempotent_writes_are_stored_once_under_sigkills_and_an_oxia_restart(tm
     assert report.ok, f"{report.summary()}\nprocess logs: {report.data_dir}/logs"
 
 
+def test_kafka_clients_messages_are_stored_once_under_sigkills_pauses_and_an_oxia_restart(tmp_path) -> None:
+    """librdkafka idempotent producers (acks=all) through the brokers' Kafka listeners."""
+    opts = ChaosOptions(
+        kafka=True,
+        seconds=20.0,
+        producers=3,
+        partitions=8,
+        brokers=3,
+        pause=True,
+        fault_interval_s=(1.5, 3.0),
+        recover_s=30.0,
+        compaction_wait_s=20.0,
+        seed=20261127,
+        data_dir=tmp_path / "chaos",
+    )
+    report = run(opts, say=print)
+    print(report.summary())
+    _assert_progress_in_both_halves(report)
+    assert report.kills.get("broker", 0) >= 1 and report.kills.get("oxia") == 1, report.nemesis_events
+    assert not report.restart_failures, report.nemesis_events
+    assert report.idempotence["delivered"] > 1000, report.summary()
+    assert report.ok, f"{report.summary()}\nprocess logs: {report.data_dir}/logs"
+
+
 def test_no_acknowledged_write_is_lost_or_duplicated_under_pauses_minio_and_oxia_node_loss_two_compactors(
     tmp_path,
 ) -> None:

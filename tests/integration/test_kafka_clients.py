@@ -161,3 +161,24 @@ def test_a_group_of_three_rebalances_when_one_leaves_and_resumes_from_its_commit
     assert list(fresh.values()) == [b"third"]
     committed = brokers[0].client.request("GET", f"/groups/{group}/offsets").json
     assert sum(o["offset"] - 1 for o in committed["offsets"]) == 401  # llog's next offsets, Kafka's + 1
+
+
+def test_the_admin_client_alters_configs_adds_partitions_and_deletes_topics(brokers, unique_topic):
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions
+
+    bootstrap = _bootstrap(brokers)
+    _create(bootstrap, unique_topic, 2)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    resource = ConfigResource("topic", unique_topic, incremental_configs=[
+        ConfigEntry("retention.ms", "7200000", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([resource])[resource].result(30)
+    described = admin.describe_configs([ConfigResource("topic", unique_topic)])
+    configs = next(iter(described.values())).result(30)
+    assert configs["retention.ms"].value == "7200000"
+    admin.create_partitions([NewPartitions(unique_topic, 4)])[unique_topic].result(30)
+    assert len(admin.list_topics(unique_topic, timeout=30).topics[unique_topic].partitions) == 4
+    with pytest.raises(Exception, match="TOPIC_ALREADY_EXISTS|already exists"):
+        _create(bootstrap, unique_topic)
+    admin.delete_topics([unique_topic])[unique_topic].result(30)
+    gone = brokers[0].client.request("GET", f"/topics/{unique_topic}")
+    assert (gone.status, gone.json["error_type"]) == (404, "UnknownTopic")

@@ -36,8 +36,10 @@ def test_topic_command_creates_describes_and_lists(broker, unique_topic):
     described = _tool("TopicCommand", *bs, "--describe", "--topic", unique_topic)
     assert "PartitionCount: 3" in described and described.count(f"Topic: {unique_topic}\tPartition:") == 3
     assert unique_topic in _tool("TopicCommand", *bs, "--list").split()
+    _tool("TopicCommand", *bs, "--alter", "--topic", unique_topic, "--partitions", "5")
+    assert "PartitionCount: 5" in _tool("TopicCommand", *bs, "--describe", "--topic", unique_topic)
     topic = broker.client.request("GET", f"/topics/{unique_topic}").json["topic"]
-    assert (topic["partitions"], topic["config"]["retention.ms"]) == (3, "3600000")
+    assert (topic["partitions"], topic["config"]["retention.ms"]) == (5, "3600000")
 
 
 def test_console_producer_to_console_consumer_and_the_group_command(broker, unique_topic):

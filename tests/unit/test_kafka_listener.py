@@ -8,6 +8,7 @@ Kafka's Java tools are ``tests/integration/test_kafka_*.py``.
 
 from __future__ import annotations
 
+import os
 import socket
 import struct
 import time
@@ -204,3 +205,17 @@ def test_a_corrupt_batch_and_an_unknown_partition_get_their_error_codes(kafka):
     codes = {p.index: p.error_code for t in resp.responses for p in t.partition_responses}
     assert codes == {0: 2, 9: 3, 1: 0}  # CORRUPT_MESSAGE, UNKNOWN_TOPIC_OR_PARTITION, stored
     s.close()
+
+
+def test_closed_connections_release_their_descriptors(kafka):
+    _, bootstrap = kafka
+    fds = lambda: len(os.listdir("/proc/self/fd"))  # noqa: E731
+    before = fds()
+    for i in range(40):
+        s = _connect(bootstrap)
+        assert struct.unpack_from(">i", _request(s, _encoded(ApiVersionsRequest[0](), 0, i)))[0] == i
+        s.close()
+    deadline = time.monotonic() + 10
+    while fds() > before + 2 and time.monotonic() < deadline:  # the listener's threads see the ends
+        time.sleep(0.05)
+    assert fds() <= before + 2

@@ -1,0 +1,127 @@
+"""Benchmark llog's Kafka listener with Kafka's own tools (prints figures).
+
+Starts a role-both broker with its Kafka listener against a real Oxia + S3
+stack, creates a topic, then runs Kafka's ProducerPerformance (1 KiB records,
+acks=all, idempotent, the settings below) and ConsumerPerformance (the whole
+topic from the start: the tail cache, then S3) as ``java -cp`` processes, and
+prints produce MB/s with latency p50/p99, consume MB/s, and the broker's CPU
+per MB of each. Figures only; nothing here asserts a speed.
+
+The producer settings are Kafka's own knobs for throughput, the same for any
+broker: ``batch.size`` 1 MiB, ``linger.ms`` 50, ``max.request.size`` 16 MiB,
+``buffer.memory`` 256 MiB, ``compression.type`` none. A diskless broker
+acknowledges after an object-store PUT, so a client needs more bytes in
+flight than against a disk broker (WarpStream and Inkless say the same).
+
+    python -m loadtest.bench_kafka                            # 1 GB of 1 KiB records, 64 partitions
+    python -m loadtest.bench_kafka --records 300000 --repeat 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import tempfile
+import time
+from contextlib import ExitStack
+from pathlib import Path
+from statistics import median
+
+from loadtest._common import Broker, stack_env
+
+PRODUCER_SETTINGS = ("acks=all", "batch.size=1048576", "linger.ms=50", "max.request.size=16777216",
+                     "buffer.memory=268435456", "compression.type=none", "enable.idempotence=true")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m loadtest.bench_kafka", description=__doc__.split("\n\n")[0])
+    p.add_argument("--records", type=int, default=1_000_000, help="records per run (default 1,000,000)")
+    p.add_argument("--record-bytes", type=int, default=1024, help="bytes per record (default 1024)")
+    p.add_argument("--partitions", type=int, default=64, help="partitions of the topic (default 64)")
+    p.add_argument("--repeat", type=int, default=1, help="runs, each on a new topic; medians printed (default 1)")
+    p.add_argument("--batch-max-delay-ms", type=int, default=100,
+                   help="the broker's LLOG_BATCH_MAX_DELAY_MS (default 100)")
+    p.add_argument("--producer-setting", action="append", default=[], metavar="KEY=VALUE",
+                   help="a producer setting added to (or replacing) the defaults; repeatable")
+    return p.parse_args(argv)
+
+
+def _tool(cls: str, *args: str, timeout: float = 1800) -> str:
+    from devstack import java, kafka_tools_classpath
+
+    done = subprocess.run([java(), "-cp", kafka_tools_classpath(), "org.apache.kafka.tools." + cls, *args],
+                          capture_output=True, text=True, timeout=timeout, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"{cls} failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
+    return done.stdout
+
+
+def _settings(extra: list[str]) -> list[str]:
+    merged = dict(s.split("=", 1) for s in PRODUCER_SETTINGS)
+    merged.update(s.split("=", 1) for s in extra)
+    return [f"{k}={v}" for k, v in merged.items()]
+
+
+def produce(broker: Broker, topic: str, args: argparse.Namespace) -> dict[str, float]:
+    cpu0, t0 = broker.cpu_seconds(), time.monotonic()
+    out = _tool("ProducerPerformance", "--topic", topic, "--num-records", str(args.records), "--record-size",
+                str(args.record_bytes), "--throughput", "-1", "--producer-props",
+                f"bootstrap.servers={broker.kafka}", *_settings(args.producer_setting))
+    cpu = broker.cpu_seconds() - cpu0
+    last = out.strip().splitlines()[-1]
+    m = re.search(r"\(([\d.]+) MB/sec\).*?(\d+) ms 50th, \d+ ms 95th, (\d+) ms 99th", last)
+    if m is None:
+        raise SystemExit(f"cannot read ProducerPerformance's summary: {last!r}")
+    mb = args.records * args.record_bytes / 1e6
+    return {"mb_s": float(m.group(1)) * 1.048576, "p50_ms": float(m.group(2)), "p99_ms": float(m.group(3)),
+            "cpu_ms_per_mb": cpu * 1000 / mb, "seconds": time.monotonic() - t0}
+
+
+def consume(broker: Broker, topic: str, args: argparse.Namespace) -> dict[str, float]:
+    cpu0 = broker.cpu_seconds()
+    out = _tool("ConsumerPerformance", "--bootstrap-server", broker.kafka, "--topic", topic, "--messages",
+                str(args.records), "--timeout", "120000")
+    cpu = broker.cpu_seconds() - cpu0
+    header, row = out.strip().splitlines()[-2:]
+    fields = dict(zip((h.strip() for h in header.split(",")), (v.strip() for v in row.split(","))))
+    mb = int(fields["data.consumed.in.nMsg"]) * args.record_bytes / 1e6
+    return {"mb_s": float(fields["fetch.MB.sec"]) * 1.048576, "records": float(fields["data.consumed.in.nMsg"]),
+            "cpu_ms_per_mb": cpu * 1000 / mb}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    with ExitStack() as stack:
+        env = {**stack_env(stack), "LLOG_BATCH_MAX_DELAY_MS": str(args.batch_max_delay_ms)}
+        logs = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="llog-bench-kafka-")))
+        broker = Broker(env, "both", logs / "broker.log", ["--kafka-port", "0"])
+        stack.callback(broker.stop)
+        print(f"[bench] broker {broker.url}, Kafka listener {broker.kafka}; producer: "
+              f"{' '.join(_settings(args.producer_setting))}", flush=True)
+        runs = []
+        for i in range(args.repeat):
+            topic = f"bench-{i}-{int(time.time())}"
+            _tool("TopicCommand", "--bootstrap-server", broker.kafka, "--create", "--topic", topic,
+                  "--partitions", str(args.partitions))
+            p = produce(broker, topic, args)
+            print(f"[bench] run {i + 1}: produce {p['mb_s']:.1f} MB/s, p50 {p['p50_ms']:.0f} ms, "
+                  f"p99 {p['p99_ms']:.0f} ms, broker CPU {p['cpu_ms_per_mb']:.1f} ms/MB", flush=True)
+            c = consume(broker, topic, args)
+            print(f"[bench] run {i + 1}: consume {c['mb_s']:.1f} MB/s ({c['records']:,.0f} records), "
+                  f"broker CPU {c['cpu_ms_per_mb']:.1f} ms/MB", flush=True)
+            runs.append((p, c))
+        print(f"\nKafka listener, {args.records:,} records of {args.record_bytes} B, {args.partitions} partitions, "
+              f"{args.repeat} run(s) (medians [all]):")
+        for name, pick in (("produce MB/s", lambda r: r[0]["mb_s"]), ("produce p50 ms", lambda r: r[0]["p50_ms"]),
+                           ("produce p99 ms", lambda r: r[0]["p99_ms"]),
+                           ("produce broker CPU ms/MB", lambda r: r[0]["cpu_ms_per_mb"]),
+                           ("consume MB/s", lambda r: r[1]["mb_s"]),
+                           ("consume broker CPU ms/MB", lambda r: r[1]["cpu_ms_per_mb"])):
+            values = [pick(r) for r in runs]
+            print(f"  {name:<26} {median(values):8.1f}  [{' '.join(f'{v:.1f}' for v in values)}]")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,164 @@
+"""The topic admin APIs over the catalogue: CreateTopics, DeleteTopics, CreatePartitions,
+DescribeConfigs and IncrementalAlterConfigs (what ``kafka-topics`` and ``kafka-configs`` send).
+
+Topics are the catalogue's (``server/_catalogue``), as ``/topics`` serves them:
+``num_partitions`` -1 is ``LLOG_TOPIC_DEFAULT_PARTITIONS``, configs are Kafka's
+keys the catalogue knows, a replication factor is accepted and ignored (S3
+holds the bytes; every topic reports 1). Replica assignments are refused.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kafka.protocol.admin import (
+    CreatePartitionsResponse, CreateTopicsResponse, DeleteTopicsResponse, DescribeConfigsResponse,
+    IncrementalAlterConfigsResponse,
+)
+
+from .._errors import InvalidRequest, LlogError, UnknownTopic
+from .._protocol.keys import validate_topic
+from .cluster import topic_uuid
+from .errors import Code, error_code
+
+if TYPE_CHECKING:
+    from .codec import KafkaRequest
+    from .service import KafkaService
+
+__all__ = ["HANDLERS"]
+
+_TOPIC_CONFIG = 2  # resource types of DescribeConfigs and IncrementalAlterConfigs
+_BROKER_CONFIG = 4
+_SET, _DELETE = 0, 1  # IncrementalAlterConfigs operations (APPEND and SUBTRACT are for list configs)
+
+
+def describe_configs(svc: KafkaService, req: KafkaRequest) -> Any:
+    R = DescribeConfigsResponse
+    results = []
+    for res in req.body.resources:
+        wanted = None if res.configuration_keys is None else set(res.configuration_keys)
+        configs: dict[str, str] = {}
+        code, message = Code.NONE, None
+        if res.resource_type == _TOPIC_CONFIG:
+            try:
+                configs = svc.parts.topics.describe(res.resource_name).config.to_kafka()
+            except LlogError as exc:
+                code, message = error_code(exc), str(exc)
+        elif res.resource_type != _BROKER_CONFIG:
+            code, message = Code.INVALID_REQUEST, f"resource type {res.resource_type} is not described"
+        entries = [R.DescribeConfigsResult.DescribeConfigsResourceResult(
+            name=k, value=str(val), read_only=False, is_default=False, config_source=1, is_sensitive=False,
+            synonyms=[], config_type=0, documentation=None)
+            for k, val in sorted(configs.items()) if wanted is None or k in wanted]
+        results.append(R.DescribeConfigsResult(error_code=code, error_message=message, resource_type=res.resource_type,
+                                               resource_name=res.resource_name, configs=entries))
+    return R[req.version](throttle_time_ms=0, results=results)
+
+
+def create_topics(svc: KafkaService, req: KafkaRequest) -> Any:
+    R = CreateTopicsResponse
+    out = []
+    for t in req.body.topics:
+        code, message, record = Code.NONE, None, None
+        try:
+            if t.assignments:
+                raise InvalidRequest("replica assignments are not supported: llog keeps no replicas")
+            count = None if t.num_partitions == -1 else t.num_partitions
+            config = {c.name: c.value for c in t.configs}
+            if req.body.validate_only:
+                validate_topic(t.name)
+                record = svc.parts.topics.catalogue.get(t.name)
+                if record is not None:
+                    code, message = Code.TOPIC_ALREADY_EXISTS, f"topic {t.name!r} already exists"
+                record = None
+            else:
+                record = svc.parts.topics.create(t.name, count, config or None)
+        except LlogError as exc:
+            code, message = _create_error(exc), str(exc)
+        out.append(R.CreatableTopicResult(
+            name=t.name, topic_id=topic_uuid(record.topic_id) if record else None, error_code=code,
+            error_message=message, num_partitions=record.partitions if record else -1,
+            replication_factor=1 if record else -1, configs=[
+                R.CreatableTopicResult.CreatableTopicConfigs(name=k, value=str(val), read_only=False, config_source=5,
+                                                             is_sensitive=False)
+                for k, val in sorted(record.config.to_kafka().items())] if record else []))
+    return R[req.version](throttle_time_ms=0, topics=out)
+
+
+def _create_error(exc: LlogError) -> int:
+    code = error_code(exc)
+    if code == Code.INVALID_RECORD:  # a name, a count or a config the catalogue refused
+        message = str(exc)
+        if "partition" in message:
+            return Code.INVALID_PARTITIONS
+        return Code.INVALID_CONFIG if "config" in message or "." in message.split(" ")[0] else \
+            Code.INVALID_TOPIC_EXCEPTION
+    return code
+
+
+def delete_topics(svc: KafkaService, req: KafkaRequest) -> Any:
+    R = DeleteTopicsResponse
+    v = req.version
+    names = [t.name for t in req.body.topics] if v >= 6 else list(req.body.topic_names)
+    out = []
+    for name in names:
+        code, message, topic_id = Code.NONE, None, None
+        try:
+            if name is None:
+                raise UnknownTopic("llog deletes topics by name, not by id")
+            validate_topic(name)
+            topic_id = topic_uuid(svc.parts.topics.delete(name).topic_id)
+        except LlogError as exc:
+            code, message = error_code(exc), str(exc)
+        out.append(R.DeletableTopicResult(name=name, topic_id=topic_id, error_code=code, error_message=message))
+    return R[v](throttle_time_ms=0, responses=out)
+
+
+def create_partitions(svc: KafkaService, req: KafkaRequest) -> Any:
+    R = CreatePartitionsResponse
+    out = []
+    for t in req.body.topics:
+        code, message = Code.NONE, None
+        try:
+            if t.assignments:
+                raise InvalidRequest("replica assignments are not supported: llog keeps no replicas")
+            validate_topic(t.name)
+            if req.body.validate_only:
+                current = svc.parts.topics.describe(t.name)
+                if t.count <= current.partitions:
+                    raise InvalidRequest(f"topic {t.name!r} has {current.partitions} partitions already; "
+                                         "a topic's partition count can only grow")
+            else:
+                svc.parts.topics.add_partitions(t.name, t.count)
+        except LlogError as exc:
+            code, message = _create_error(exc), str(exc)
+        out.append(R.CreatePartitionsTopicResult(name=t.name, error_code=code, error_message=message))
+    return R[req.version](throttle_time_ms=0, results=out)
+
+
+def incremental_alter_configs(svc: KafkaService, req: KafkaRequest) -> Any:
+    R = IncrementalAlterConfigsResponse
+    out = []
+    for res in req.body.resources:
+        code, message = Code.NONE, None
+        try:
+            if res.resource_type != _TOPIC_CONFIG:
+                raise InvalidRequest(f"resource type {res.resource_type} has no configs llog changes")
+            changes: dict[str, Any] = {}
+            for c in res.configs:
+                if c.config_operation not in (_SET, _DELETE):
+                    raise InvalidRequest(f"{c.name}: only SET and DELETE apply to llog's topic configs")
+                changes[c.name] = c.value if c.config_operation == _SET else None
+            validate_topic(res.resource_name)
+            if not req.body.validate_only:
+                svc.parts.topics.alter_config(res.resource_name, changes)
+        except LlogError as exc:
+            code, message = _create_error(exc), str(exc)
+        out.append(R.AlterConfigsResourceResponse(error_code=code, error_message=message,
+                                                  resource_type=res.resource_type, resource_name=res.resource_name))
+    return R[req.version](throttle_time_ms=0, responses=out)
+
+
+HANDLERS = {
+    19: create_topics, 20: delete_topics, 37: create_partitions, 32: describe_configs, 44: incremental_alter_configs,
+}

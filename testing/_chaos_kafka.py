@@ -1,0 +1,102 @@
+"""The chaos run's Kafka workload: librdkafka idempotent producers through the brokers' Kafka listeners.
+
+With ``testing.chaos --kafka`` every broker also runs its Kafka listener (on a
+port it keeps across restarts) and the producers are confluent-kafka
+(librdkafka) producers with ``enable.idempotence`` and ``acks=all``, given
+every listener as bootstrap servers: they find partition leaders through
+Metadata, pipeline requests, retry on their own through broker kills and
+pauses, and re-initialize their producer id when they must. Each message is
+one batch of the history:
+
+- delivered: acknowledged at Kafka's offset + 1 (llog's offset);
+- an error in its delivery report (a timeout, a fatal error): unknown, as
+  librdkafka cannot say whether a timed-out message was written;
+- still queued when the run ends and flushing gives up: unknown.
+
+Messages are marked idempotent: the checker allows each at most one copy in
+the log, so a duplicate written by a retry through another broker is a
+violation.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from typing import Any
+
+from testing.history import OK, UNKNOWN, ProducedBatch
+
+__all__ = ["KafkaClientProducer"]
+
+CONF = {
+    "enable.idempotence": True, "acks": "all", "linger.ms": 5, "message.timeout.ms": 30_000,
+    "retry.backoff.ms": 100, "reconnect.backoff.max.ms": 500, "socket.connection.setup.timeout.ms": 3_000,
+    "topic.metadata.refresh.interval.ms": 2_000,
+}
+
+
+class KafkaClientProducer(threading.Thread):
+    """Produces unique messages through librdkafka until ``stop`` is set (module docstring)."""
+
+    def __init__(self, index: int, cluster: Any, history: Any, stop: threading.Event, seed: int) -> None:
+        super().__init__(name=f"chaos-kafka-producer-{index}", daemon=True)
+        self.index = index
+        self._cluster = cluster
+        self._history = history
+        self._halt = stop
+        self._rng = random.Random(seed)
+        self._seq = 0
+        self._pending = 0
+        self._lock = threading.Lock()
+        self.fatal = 0
+
+    def run(self) -> None:
+        from confluent_kafka import Producer
+
+        producer = Producer({"bootstrap.servers": self._cluster.kafka_bootstrap, **CONF})
+        try:
+            while not self._halt.is_set():
+                for _ in range(self._rng.randint(1, 20)):
+                    self._send(producer)
+                producer.poll(0)
+                self._halt.wait(0.02)  # a steady rate, not synchronization
+                if self._needs_new_producer(producer):
+                    producer.flush(10)
+                    producer = Producer({"bootstrap.servers": self._cluster.kafka_bootstrap, **CONF})
+            producer.flush(10)
+        finally:
+            producer.purge()  # what is left is reported through the callbacks, as unknown
+            producer.flush(5)
+            del producer  # librdkafka's threads end with the handle, not with the cluster
+
+    def _needs_new_producer(self, producer: Any) -> bool:
+        with self._lock:
+            fatal, self.fatal = self.fatal, 0
+        return bool(fatal)
+
+    def _send(self, producer: Any) -> None:
+        self._seq += 1
+        partition = self._rng.randrange(self._cluster.partitions)
+        value = f"k{self.index}-{self._seq}".encode()
+        batch_id = f"k{self.index}-{self._seq}"
+        sent_s = self._history.now_s()
+
+        def delivered(err: Any, msg: Any) -> None:
+            answered_s = self._history.now_s()
+            if err is None:
+                batch = ProducedBatch(batch_id, self._cluster.topic, partition, (value,), OK, msg.offset() + 1,
+                                      "delivered", sent_s, answered_s, idempotent=True)
+            else:
+                if err.fatal():
+                    with self._lock:
+                        self.fatal += 1
+                batch = ProducedBatch(batch_id, self._cluster.topic, partition, (value,), UNKNOWN, None,
+                                      f"librdkafka {err.name()}", sent_s, answered_s, idempotent=True)
+            self._history.add(200 if err is None else None, [batch])
+
+        while True:
+            try:
+                producer.produce(self._cluster.topic, value=value, partition=partition, on_delivery=delivered)
+                return
+            except BufferError:  # the local queue is full: let it drain
+                producer.poll(0.1)
