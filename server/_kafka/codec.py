@@ -27,6 +27,7 @@ formats llog never stores).
 
 from __future__ import annotations
 
+import functools
 import io
 import struct
 import sys
@@ -38,7 +39,7 @@ from kafka.protocol.admin import (
     DescribeConfigsRequest, DescribeGroupsRequest, IncrementalAlterConfigsRequest, ListGroupsRequest,
 )
 from kafka.protocol.api_header import RequestHeader
-from kafka.protocol.schemas.fields.codecs.encode_buffer import EncodeBufferPool
+from kafka.protocol.schemas.fields.codecs.encode_buffer import EncodeBuffer
 from kafka.protocol.consumer import (
     FetchRequest, HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, ListOffsetsRequest, OffsetCommitRequest,
     OffsetFetchRequest, OffsetForLeaderEpochRequest, SyncGroupRequest,
@@ -193,6 +194,7 @@ def _null_field(obj: Any, fields: list[dict], version: int, path: str = "") -> s
     return None
 
 
+@functools.lru_cache(maxsize=None)
 def _snake(name: str) -> str:
     out = []
     for i, ch in enumerate(name):
@@ -202,32 +204,34 @@ def _snake(name: str) -> str:
     return "".join(out)
 
 
-def encode_response(request: KafkaRequest, response: Any) -> bytes:
+def encode_response(request: KafkaRequest, response: Any, size_hint: int = 0) -> memoryview:
     """The framed response to ``request`` (the header carries its correlation id)."""
-    return encode_framed(response, request.version, request.correlation_id)
+    return encode_framed(response, request.version, request.correlation_id, size_hint)
 
 
-def encode_framed(response: Any, version: int, correlation_id: int) -> bytes:
-    """``response`` must be built at ``version`` (``Response[version](...)``): kafka-python
-    cannot change the version of a response that has a header."""
+def encode_framed(response: Any, version: int, correlation_id: int, size_hint: int = 0) -> memoryview:
+    """``response`` framed, encoded by its generated encoder into a buffer of its own.
+
+    What ``ApiMessage.encode(header=True, framed=True)`` does, with two changes for
+    fetch answers of many megabytes: the buffer is sized up front from ``size_hint``
+    (the records' bytes) instead of doubling from 64 KiB, and the answer is a view of
+    it instead of a copy; kafka-python's per-thread buffer (which would keep the size of
+    the largest answer its thread ever encoded, per handler thread) is not used.
+    ``response`` must be built at ``version`` (``Response[version](...)``)."""
     if response.API_VERSION != version:
         raise ValueError(f"{type(response).__name__} built at v{response.API_VERSION}, answered at v{version}")
     response.with_header(correlation_id=correlation_id)
-    framed = response.encode(header=True, framed=True)
-    if len(framed) > _KEEP_BUFFER:
-        _drop_encode_buffer()
-    return framed
+    flexible = response.flexible_version_q(version)
+    out = EncodeBuffer(size_hint + _HEADROOM)
+    out.pos = 4
+    response.encode_header_into(out, flexible=flexible)  # ApiVersions' own: always header v0
+    response._struct.compiled_encode_into(version, compact=flexible, tagged=flexible)(response, out)
+    SIZE.pack_into(out.buf, 0, out.pos - 4)
+    return memoryview(out.buf)[:out.pos]
 
 
-_KEEP_BUFFER = 1 << 20
-
-
-def _drop_encode_buffer() -> None:
-    """kafka-python encodes into a per-thread buffer that keeps the size of the largest
-    message its thread ever encoded; with a handler pool of 64 threads answering fetches
-    of up to 50 MiB that would pin gigabytes. After a large answer the thread's buffer is
-    dropped (the next encode starts a 64 KiB one)."""
-    EncodeBufferPool._local.__dict__.pop("buf", None)
+_HEADROOM = 1 << 16
+"""What an answer holds beyond its records: headers, fields, partition entries."""
 
 
 def unsupported_api_versions(correlation_id: int) -> bytes:

@@ -38,7 +38,7 @@ __all__ = ["KafkaListener", "Handler"]
 
 log = logging.getLogger(__name__)
 
-Handler = Callable[[KafkaRequest], "bytes | None"]
+Handler = Callable[[KafkaRequest], "bytes | memoryview | None"]
 """Answers one request with its framed response (None: no response)."""
 
 _CLOSE = object()
@@ -98,7 +98,7 @@ class KafkaListener:
         with self._lock:
             self._conns.discard(conn)
 
-    def _handle(self, request: KafkaRequest) -> bytes | None:
+    def _handle(self, request: KafkaRequest) -> bytes | memoryview | None:
         return self._handler(request)
 
 

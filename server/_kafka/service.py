@@ -93,7 +93,7 @@ class KafkaService:
     def close(self) -> None:
         self.coordinator.close()
 
-    def handle(self, request: KafkaRequest) -> bytes | None:
+    def handle(self, request: KafkaRequest) -> memoryview | None:
         api = request.api.name
         started = time.monotonic()
         response = HANDLERS[request.api.key](self, request)
@@ -101,7 +101,15 @@ class KafkaService:
         self.metrics.inc("kafka_requests_total", api=api, error=str(_top_error(response)))
         if response is None:
             return None
-        return encode_response(request, response)
+        hint = _records_bytes(response) if request.api.key == _FETCH else 0
+        return encode_response(request, response, hint)
+
+
+_FETCH = 1
+
+
+def _records_bytes(response: Any) -> int:
+    return sum(len(p.records or b"") for t in response.responses for p in t.partitions)
 
 
 def _top_error(response: Any) -> int:

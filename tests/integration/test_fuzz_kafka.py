@@ -47,7 +47,7 @@ def _corpus(topic: str) -> list:
                                allow_auto_topic_creation=True)),
         (ProduceRequest, dict(transactional_id=None, acks=-1, timeout_ms=2000, topic_data=[P.TopicProduceData(
             name=topic, partition_data=[P.TopicProduceData.PartitionProduceData(index=0, records=batch)])])),
-        (FetchRequest, dict(replica_id=-1, max_wait_ms=50, min_bytes=1, max_bytes=1 << 20, isolation_level=0,
+        (FetchRequest, dict(replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20, isolation_level=0,
                             session_id=0, session_epoch=-1, topics=[F.FetchTopic(topic=topic, partitions=[
                                 F.FetchTopic.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=65536,
                                                             current_leader_epoch=-1, log_start_offset=-1)])],
@@ -57,7 +57,7 @@ def _corpus(topic: str) -> list:
         (InitProducerIdRequest, dict(transactional_id=None, transaction_timeout_ms=60000, producer_id=-1,
                                      producer_epoch=-1)),
         (FindCoordinatorRequest, dict(key="fuzz-group", key_type=0, coordinator_keys=["fuzz-group"])),
-        (JoinGroupRequest, dict(group_id="fuzz-group", session_timeout_ms=6000, rebalance_timeout_ms=100,
+        (JoinGroupRequest, dict(group_id="fuzz-group", session_timeout_ms=6000, rebalance_timeout_ms=1,
                                 member_id="", group_instance_id=None, protocol_type="consumer",
                                 protocols=[J.JoinGroupRequestProtocol(name="range", metadata=b"\x00\x01")])),
         (HeartbeatRequest, dict(group_id="fuzz-group", generation_id=1, member_id="m", group_instance_id=None)),

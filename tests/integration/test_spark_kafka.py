@@ -54,3 +54,12 @@ def test_spark_kafka_sink_source_and_stream_against_the_listener(spark, broker_f
     as_kafka = {(p, o - 1): record for (p, o), record in ways["spark.read"].items()}
     assert as_kafka == read
     assert ways["library"] == ways["consume"] == ways["spark.read"] == ways["readStream"]
+
+    # And the other way round: rows written with format("llog") read with format("kafka").
+    back = f"{unique_topic}-llog"
+    (spark.createDataFrame([(f"k{i}", f"via llog {i}") for i in range(20)], "key string, value string")
+     .write.format("llog").mode("append").option("topic", back).option("brokers", broker.url)
+     .option("partitions", "2").save())
+    got = spark.read.format("kafka").options(**kafka).option("subscribe", back).load().collect()
+    assert sorted((bytes(r.key), bytes(r.value)) for r in got) == sorted(
+        (f"k{i}".encode(), f"via llog {i}".encode()) for i in range(20))

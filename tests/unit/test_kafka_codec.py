@@ -38,7 +38,7 @@ def test_the_unsupported_version_answer_is_api_versions_v0_byte_for_byte():
     # size, correlation id 7, error 35, 22 APIs of (key, min, max), no throttle (v0), no tagged fields.
     expected = struct.pack(">iihi", 4 + 2 + 4 + 6 * len(APIS), 7, 35, len(APIS)) + b"".join(
         struct.pack(">hhh", k, lo, hi) for k, (lo, hi) in sorted(ISSUE_RANGES.items()))
-    assert unsupported_api_versions(7) == expected
+    assert bytes(unsupported_api_versions(7)) == expected
     assert expected.hex().startswith("0000008e000000070023000000160000")
 
 
@@ -145,17 +145,26 @@ def test_rendezvous_spreads_evenly_and_moves_only_the_leaving_node_s_share():
     assert all(before[k] == nodes[2] for k in moved) and len(moved) == counts[nodes[2].node_id]
 
 
-def test_a_large_answer_does_not_leave_its_thread_a_buffer_of_its_size():
+@pytest.mark.parametrize("version", [4, 11, 12])
+def test_our_framing_is_kafka_python_s_own_encoding_byte_for_byte(version):
+    """``encode_framed`` sizes its buffer and returns a view, and must encode exactly what
+    ``ApiMessage.encode(header=True, framed=True)`` does."""
     from kafka.protocol.consumer import FetchResponse
-    from kafka.protocol.schemas.fields.codecs.encode_buffer import EncodeBufferPool
 
-    F = FetchResponse[12]
-    part = F.FetchableTopicResponse.PartitionData(partition_index=0, error_code=0, high_watermark=1,
-                                                  last_stable_offset=1, log_start_offset=0,
-                                                  aborted_transactions=None, preferred_read_replica=-1,
-                                                  records=b"x" * (3 << 20))
-    answer = F(throttle_time_ms=0, error_code=0, session_id=0,
-               responses=[F.FetchableTopicResponse(topic="t", partitions=[part])])
-    assert len(encode_framed(answer, 12, 1)) > 3 << 20
-    kept = getattr(EncodeBufferPool._local, "buf", None)
-    assert kept is None or len(kept.buf) <= 1 << 20
+    def answer():
+        F = FetchResponse[version]
+        part = F.FetchableTopicResponse.PartitionData(partition_index=3, error_code=0, high_watermark=7,
+                                                      last_stable_offset=7, log_start_offset=0,
+                                                      aborted_transactions=None, preferred_read_replica=-1,
+                                                      records=b"r" * 300_000)
+        return F(throttle_time_ms=0, error_code=0, session_id=0,
+                 responses=[F.FetchableTopicResponse(topic="t", partitions=[part])])
+
+    theirs = answer()
+    theirs.with_header(correlation_id=9)
+    assert bytes(encode_framed(answer(), version, 9, 300_000)) == bytes(theirs.encode(header=True, framed=True))
+    for v in (0, 3):  # ApiVersions: header v0 even when the body is flexible
+        mine = APIS[18].response[v](error_code=0, api_keys=[], throttle_time_ms=5)
+        ref = APIS[18].response[v](error_code=0, api_keys=[], throttle_time_ms=5)
+        ref.with_header(correlation_id=9)
+        assert bytes(encode_framed(mine, v, 9)) == bytes(ref.encode(header=True, framed=True))
