@@ -5,9 +5,10 @@ with ``mvn dependency:copy-dependencies`` into ``$LLOG_CACHE_DIR/jars/<name>-
 <pom hash>/`` (a ``.complete`` stamp marks it done; a changed pom resolves
 again). Maven's own repository (``~/.m2``) caches the downloads::
 
-    jars/kafka-tools-<hash>/   kafka-clients + kafka-tools 4.1.1 and their dependencies:
-                               ProducerPerformance, ConsumerPerformance, the console
-                               producer/consumer, TopicCommand, ConsumerGroupCommand
+    jars/kafka-tools-<hash>/   kafka-clients, kafka-tools and kafka_2.13 4.1.1 with their
+                               dependencies: ProducerPerformance, ConsumerPerformance, the
+                               console producer/consumer, TopicCommand, ConsumerGroupCommand,
+                               and Kafka's broker (bench_kafka's comparison)
     jars/spark-kafka-<hash>/   spark-sql-kafka-0-10_2.13 4.2.0 for requirements.txt's pyspark,
                                with only what Spark does not ship (kafka-clients,
                                commons-pool2, spark-token-provider-kafka)

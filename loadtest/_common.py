@@ -22,7 +22,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
-__all__ = ["Broker", "stack_env", "run_threads", "put_bandwidth"]
+__all__ = ["Broker", "stack_env", "run_threads", "put_bandwidth", "process_cpu_seconds"]
 
 REPO = Path(__file__).resolve().parent.parent
 

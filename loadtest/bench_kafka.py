@@ -1,11 +1,14 @@
-"""Benchmark llog's Kafka listener with Kafka's own tools (prints figures).
+"""Benchmark llog's Kafka listener with Kafka's own tools, beside a single-node Kafka (prints figures).
 
 Starts a role-both broker with its Kafka listener against a real Oxia + S3
 stack, creates a topic, then runs Kafka's ProducerPerformance (1 KiB records,
 acks=all, idempotent, the settings below) and ConsumerPerformance (the whole
 topic from the start: the tail cache, then S3) as ``java -cp`` processes, and
 prints produce MB/s with latency p50/p99, consume MB/s, and the broker's CPU
-per MB of each. Figures only; nothing here asserts a speed.
+per MB of each. With ``--kafka`` (the default) the same runs go, alternating,
+to a single-node Kafka 4.1 (KRaft, one local disk, the same jars from Maven
+Central), so the client's own ceiling on this machine shows beside llog's.
+Figures only; nothing here asserts a speed.
 
 The producer settings are Kafka's own knobs for throughput, the same for any
 broker: ``batch.size`` 1 MiB, ``linger.ms`` 50, ``max.request.size`` 16 MiB,
@@ -15,6 +18,7 @@ flight than against a disk broker (WarpStream and Inkless say the same).
 
     python -m loadtest.bench_kafka                            # 1 GB of 1 KiB records, 64 partitions
     python -m loadtest.bench_kafka --records 300000 --repeat 3
+    python -m loadtest.bench_kafka --no-kafka                 # llog only
 """
 
 from __future__ import annotations
@@ -26,9 +30,11 @@ import tempfile
 import time
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 from statistics import median
 
 from loadtest._common import Broker, stack_env
+from loadtest._kafka_server import KafkaServer
 
 PRODUCER_SETTINGS = ("acks=all", "batch.size=1048576", "linger.ms=50", "max.request.size=16777216",
                      "buffer.memory=268435456", "compression.type=none", "enable.idempotence=true")
@@ -42,15 +48,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--repeat", type=int, default=1, help="runs, each on a new topic; medians printed (default 1)")
     p.add_argument("--batch-max-delay-ms", type=int, default=100,
                    help="the broker's LLOG_BATCH_MAX_DELAY_MS (default 100)")
+    p.add_argument("--no-kafka", dest="kafka", action="store_false",
+                   help="do not run the same tools against a single-node Kafka beside llog")
     p.add_argument("--producer-setting", action="append", default=[], metavar="KEY=VALUE",
                    help="a producer setting added to (or replacing) the defaults; repeatable")
     return p.parse_args(argv)
 
 
+JVM = ("-XX:+UseParallelGC", "-Xms2g", "-Xmx2g")
+"""The tools' JVM: a fixed heap and the throughput collector (ProducerPerformance is CPU-bound here)."""
+
+
 def _tool(cls: str, *args: str, timeout: float = 1800) -> str:
     from devstack import java, kafka_tools_classpath
 
-    done = subprocess.run([java(), "-cp", kafka_tools_classpath(), "org.apache.kafka.tools." + cls, *args],
+    done = subprocess.run([java(), *JVM, "-cp", kafka_tools_classpath(), "org.apache.kafka.tools." + cls, *args],
                           capture_output=True, text=True, timeout=timeout, check=False)
     if done.returncode != 0:
         raise SystemExit(f"{cls} failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
@@ -63,7 +75,7 @@ def _settings(extra: list[str]) -> list[str]:
     return [f"{k}={v}" for k, v in merged.items()]
 
 
-def produce(broker: Broker, topic: str, args: argparse.Namespace) -> dict[str, float]:
+def produce(broker: Any, topic: str, args: argparse.Namespace) -> dict[str, float]:
     cpu0, t0 = broker.cpu_seconds(), time.monotonic()
     out = _tool("ProducerPerformance", "--topic", topic, "--num-records", str(args.records), "--record-size",
                 str(args.record_bytes), "--throughput", "-1", "--producer-props",
@@ -78,7 +90,7 @@ def produce(broker: Broker, topic: str, args: argparse.Namespace) -> dict[str, f
             "cpu_ms_per_mb": cpu * 1000 / mb, "seconds": time.monotonic() - t0}
 
 
-def consume(broker: Broker, topic: str, args: argparse.Namespace) -> dict[str, float]:
+def consume(broker: Any, topic: str, args: argparse.Namespace) -> dict[str, float]:
     cpu0 = broker.cpu_seconds()
     out = _tool("ConsumerPerformance", "--bootstrap-server", broker.kafka, "--topic", topic, "--messages",
                 str(args.records), "--timeout", "120000")
@@ -90,36 +102,50 @@ def consume(broker: Broker, topic: str, args: argparse.Namespace) -> dict[str, f
             "cpu_ms_per_mb": cpu * 1000 / mb}
 
 
+def one_run(target: Any, name: str, i: int, args: argparse.Namespace) -> tuple[dict, dict]:
+    topic = f"bench-{i}-{int(time.time())}"
+    _tool("TopicCommand", "--bootstrap-server", target.kafka, "--create", "--topic", topic,
+          "--partitions", str(args.partitions))
+    p = produce(target, topic, args)
+    print(f"[bench] {name} run {i + 1}: produce {p['mb_s']:.1f} MB/s, p50 {p['p50_ms']:.0f} ms, "
+          f"p99 {p['p99_ms']:.0f} ms, broker CPU {p['cpu_ms_per_mb']:.1f} ms/MB", flush=True)
+    c = consume(target, topic, args)
+    print(f"[bench] {name} run {i + 1}: consume {c['mb_s']:.1f} MB/s ({c['records']:,.0f} records), "
+          f"broker CPU {c['cpu_ms_per_mb']:.1f} ms/MB", flush=True)
+    return p, c
+
+
+ROWS = (("produce MB/s", lambda r: r[0]["mb_s"]), ("produce p50 ms", lambda r: r[0]["p50_ms"]),
+        ("produce p99 ms", lambda r: r[0]["p99_ms"]), ("produce broker CPU ms/MB", lambda r: r[0]["cpu_ms_per_mb"]),
+        ("consume MB/s", lambda r: r[1]["mb_s"]), ("consume broker CPU ms/MB", lambda r: r[1]["cpu_ms_per_mb"]))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     with ExitStack() as stack:
         env = {**stack_env(stack), "LLOG_BATCH_MAX_DELAY_MS": str(args.batch_max_delay_ms)}
         logs = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="llog-bench-kafka-")))
-        broker = Broker(env, "both", logs / "broker.log", ["--kafka-port", "0"])
-        stack.callback(broker.stop)
-        print(f"[bench] broker {broker.url}, Kafka listener {broker.kafka}; producer: "
-              f"{' '.join(_settings(args.producer_setting))}", flush=True)
-        runs = []
+        targets: dict[str, Any] = {"llog": Broker(env, "both", logs / "broker.log", ["--kafka-port", "0"])}
+        stack.callback(targets["llog"].stop)
+        if args.kafka:
+            targets["kafka"] = KafkaServer(logs / "kafka")
+            stack.callback(targets["kafka"].stop)
+        print(f"[bench] llog {targets['llog'].url} (Kafka listener {targets['llog'].kafka})"
+              + (f", Kafka {targets['kafka'].kafka}" if args.kafka else "")
+              + f"; producer: {' '.join(_settings(args.producer_setting))}", flush=True)
+        runs: dict[str, list] = {name: [] for name in targets}
         for i in range(args.repeat):
-            topic = f"bench-{i}-{int(time.time())}"
-            _tool("TopicCommand", "--bootstrap-server", broker.kafka, "--create", "--topic", topic,
-                  "--partitions", str(args.partitions))
-            p = produce(broker, topic, args)
-            print(f"[bench] run {i + 1}: produce {p['mb_s']:.1f} MB/s, p50 {p['p50_ms']:.0f} ms, "
-                  f"p99 {p['p99_ms']:.0f} ms, broker CPU {p['cpu_ms_per_mb']:.1f} ms/MB", flush=True)
-            c = consume(broker, topic, args)
-            print(f"[bench] run {i + 1}: consume {c['mb_s']:.1f} MB/s ({c['records']:,.0f} records), "
-                  f"broker CPU {c['cpu_ms_per_mb']:.1f} ms/MB", flush=True)
-            runs.append((p, c))
-        print(f"\nKafka listener, {args.records:,} records of {args.record_bytes} B, {args.partitions} partitions, "
-              f"{args.repeat} run(s) (medians [all]):")
-        for name, pick in (("produce MB/s", lambda r: r[0]["mb_s"]), ("produce p50 ms", lambda r: r[0]["p50_ms"]),
-                           ("produce p99 ms", lambda r: r[0]["p99_ms"]),
-                           ("produce broker CPU ms/MB", lambda r: r[0]["cpu_ms_per_mb"]),
-                           ("consume MB/s", lambda r: r[1]["mb_s"]),
-                           ("consume broker CPU ms/MB", lambda r: r[1]["cpu_ms_per_mb"])):
-            values = [pick(r) for r in runs]
-            print(f"  {name:<26} {median(values):8.1f}  [{' '.join(f'{v:.1f}' for v in values)}]")
+            for name, target in targets.items():  # alternating, so drift hits both alike
+                runs[name].append(one_run(target, name, i, args))
+        print(f"\n{args.records:,} records of {args.record_bytes} B, {args.partitions} partitions, "
+              f"{args.repeat} run(s) each (medians [all]):")
+        print(f"  {'':<26} " + "  ".join(f"{name:>24}" for name in targets))
+        for label, pick in ROWS:
+            cells = []
+            for name in targets:
+                values = [pick(r) for r in runs[name]]
+                cells.append(f"{median(values):8.1f} [{' '.join(f'{v:.0f}' for v in values)}]".rjust(24))
+            print(f"  {label:<26} " + "  ".join(cells))
     return 0
 
 

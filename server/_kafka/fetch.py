@@ -73,8 +73,6 @@ def fetch(svc: KafkaService, req: KafkaRequest) -> Any:
         by_topic.setdefault(part.topic, []).append(_partition(part))
     for topic, answer in refused:
         by_topic.setdefault(topic, []).append(answer)
-    svc.metrics.inc("consume_records_total", result.record_count)
-    svc.metrics.inc("consume_payload_bytes_total", result.payload_bytes)
     return FetchResponse[req.version](
         throttle_time_ms=0, error_code=0, session_id=0,
         responses=[_FT(topic=name, partitions=parts) for name, parts in by_topic.items()])

@@ -27,7 +27,7 @@ from server._catalogue.topic_config import TopicDefaults
 from server._kafka.codec import APIS
 from server._protocol.kafka_batch import build_batch
 from server._protocol.kafka_records import Record
-from tests.unit.test_broker import Cluster, consume_body, doc
+from tests.unit.test_broker import Cluster, consume_body, counter, doc
 
 
 @pytest.fixture
@@ -68,6 +68,9 @@ def test_kafka_python_produces_idempotently_and_reads_back_with_assign(kafka):
     answer = doc(broker.consume(consume_body("orders", 0, 1)))
     assert answer["results"][0]["records"][0]["offset"] == 1
     assert answer["record_count"] == 20
+    # Each record counted once on each side, whichever protocol carried it.
+    assert counter(broker, "produce_records_total") == 40
+    assert counter(broker, "consume_records_total") == 40 + 20
 
 
 def test_librdkafka_produces_every_compression_and_a_group_consumes_and_commits(kafka):
