@@ -50,7 +50,7 @@ class KafkaFront:
         self.nodes: Nodes | None = None
         try:
             self.listener = KafkaListener(
-                self._handle, host=config.host, port=config.kafka_port, max_frame_bytes=config.max_request_bytes,
+                self._begin, host=config.host, port=config.kafka_port, max_frame_bytes=config.max_request_bytes,
                 threads=config.kafka_threads, max_inflight=config.kafka_max_inflight, metrics=broker.metrics)
             self.nodes = Nodes(meta, layout, broker_id=config.broker_id, host=config.kafka_host,
                                port=self.listener.port, runtime=runtime)
@@ -69,9 +69,9 @@ class KafkaFront:
         assert self.listener is not None
         return self.listener.port
 
-    def _handle(self, request):  # type: ignore[no-untyped-def]
+    def _begin(self, request):  # type: ignore[no-untyped-def]
         assert self.service is not None
-        return self.service.handle(request)
+        return self.service.begin(request)
 
     def close(self) -> None:
         if self.listener is not None:

@@ -1,12 +1,14 @@
 """The Kafka listener's sockets: connections, frames, and responses in request order.
 
 One accept thread; per connection a reader thread and a writer thread. The
-reader reads size-prefixed frames and hands each to the shared handler pool
-(``threads`` workers, so a produce waiting for its flush or a fetch
-long-polling holds a worker, never the connection); the writer sends the
-answers in the order the requests came, as Kafka's protocol requires, while
-later requests of the same connection are already being handled (clients keep
-up to 5 in flight). A request the handler answers with ``None`` (a produce
+reader reads size-prefixed frames, begins each request in order (a Produce
+submits its batches there, so one connection's batches reach the log in the
+order sent, as from Kafka, which handles a connection's requests one at a
+time) and hands the rest to the shared handler pool (``threads`` workers, so
+a produce waiting for its flush or a fetch long-polling holds a worker, never
+the connection); the writer sends the answers in the order the requests came,
+as Kafka's protocol requires, while later requests of the same connection are
+already being handled (clients keep up to 5 in flight). A request the handler answers with ``None`` (a produce
 with ``acks=0``) takes its place in the order and sends nothing.
 
 At most ``max_inflight`` requests of one connection are queued or running;
@@ -34,12 +36,13 @@ from .._metrics import LlogMetrics
 from .codec import API_VERSIONS, SIZE, KafkaRequest, MalformedFrame, decode_request, \
     unsupported_api_versions
 
-__all__ = ["KafkaListener", "Handler"]
+__all__ = ["KafkaListener", "Begin"]
 
 log = logging.getLogger(__name__)
 
-Handler = Callable[[KafkaRequest], "bytes | memoryview | None"]
-"""Answers one request with its framed response (None: no response)."""
+Begin = Callable[[KafkaRequest], Callable[[], "bytes | memoryview | None"]]
+"""Called on the reader thread in request order; returns what the pool runs to answer
+the request with its framed response (None: no response)."""
 
 _CLOSE = object()
 
@@ -47,9 +50,9 @@ _CLOSE = object()
 class KafkaListener:
     """Serves Kafka's protocol on ``host:port`` with ``handler`` (module docstring)."""
 
-    def __init__(self, handler: Handler, *, host: str, port: int, max_frame_bytes: int, threads: int,
+    def __init__(self, begin: Begin, *, host: str, port: int, max_frame_bytes: int, threads: int,
                  max_inflight: int, metrics: LlogMetrics) -> None:
-        self._handler = handler
+        self._begin = begin
         self._max_frame = max_frame_bytes
         self._max_inflight = max_inflight
         self._metrics = metrics
@@ -98,8 +101,6 @@ class KafkaListener:
         with self._lock:
             self._conns.discard(conn)
 
-    def _handle(self, request: KafkaRequest) -> bytes | memoryview | None:
-        return self._handler(request)
 
 
 class _Connection:
@@ -170,7 +171,12 @@ class _Connection:
             self.listener._metrics.inc("kafka_protocol_errors_total", reason="malformed")
             log.info("kafka connection %s: %s: closing", self.peer, exc)
             return None
-        return self.listener._pool.submit(self.listener._handle, request)
+        try:
+            answer = self.listener._begin(request)
+        except Exception:
+            log.exception("kafka connection %s: a handler failed: closing", self.peer)
+            return None
+        return self.listener._pool.submit(answer)
 
     def _write_loop(self) -> None:
         try:

@@ -22,8 +22,9 @@ is answered UNSUPPORTED_VERSION.
 
 from __future__ import annotations
 
+from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from kafka.protocol.producer import InitProducerIdResponse, ProduceResponse
 
@@ -74,7 +75,14 @@ def _group(topic: str, partition: int, records: bytes | None) -> SharedAppendGro
     return SharedAppendGroup(topic, partition, batches)
 
 
-def produce(svc: KafkaService, req: KafkaRequest) -> Any:
+def start_produce(svc: KafkaService, req: KafkaRequest) -> Callable[[], Any]:
+    """Check and submit the request's batches now; what waits for their flush and answers.
+
+    Called in request order on the connection's reader thread, so the batches of
+    pipelined requests reach the producer in the order the client sent them (as
+    Kafka, which handles a connection's requests one at a time): a client's
+    batches of one partition keep their order, idempotent or not. Only the wait
+    for the flush runs on the handler pool, beside the next requests' submits."""
     body = req.body
     slots: list[_Slot] = []
     for t in body.topic_data:
@@ -90,10 +98,22 @@ def produce(svc: KafkaService, req: KafkaRequest) -> Any:
             except LlogError as exc:
                 slot.fail(exc)
     todo = [s for s in slots if s.group is not None]
-    if todo:
-        _append(svc, todo, body.acks, body.timeout_ms)
-    if body.acks == 0:
-        return None
+    future = _submit(svc, todo) if todo else None
+
+    def finish() -> Any:
+        if future is not None and body.acks != 0:
+            _results(svc, todo, future, body.timeout_ms)
+        return None if body.acks == 0 else _answer(req, slots)
+
+    return finish
+
+
+def produce(svc: KafkaService, req: KafkaRequest) -> Any:
+    """The whole of a Produce on one thread (what a caller without a connection uses)."""
+    return start_produce(svc, req)()
+
+
+def _answer(req: KafkaRequest, slots: list[_Slot]) -> Any:
     by_topic: dict[str, list[Any]] = {}
     for s in slots:
         by_topic.setdefault(s.topic, []).append(_PP(
@@ -104,16 +124,16 @@ def produce(svc: KafkaService, req: KafkaRequest) -> Any:
         throttle_time_ms=0)
 
 
-def _append(svc: KafkaService, todo: list[_Slot], acks: int, timeout_ms: int) -> None:
-    groups = [s.group for s in todo]
+def _submit(svc: KafkaService, todo: list[_Slot]) -> Future | None:
     try:
-        future = svc.parts.appends.submit(groups)
+        return svc.parts.appends.submit([s.group for s in todo])
     except (BackPressureRejected, ProducerClosed) as exc:
         for s in todo:
             s.fail(exc)
-        return
-    if acks == 0:
-        return
+        return None
+
+
+def _results(svc: KafkaService, todo: list[_Slot], future: Future, timeout_ms: int) -> None:
     wait_ms = min(svc.limits.produce_timeout_ms, max(timeout_ms, 1))
     try:
         results = future.result(wait_ms / 1000)

@@ -93,10 +93,25 @@ class KafkaService:
     def close(self) -> None:
         self.coordinator.close()
 
-    def handle(self, request: KafkaRequest) -> memoryview | None:
-        api = request.api.name
+    def begin(self, request: KafkaRequest) -> Callable[[], memoryview | None]:
+        """What the connection's reader calls, in request order: a Produce submits its
+        batches now (``produce.start_produce``); the rest of every request is the
+        returned call, which the handler pool runs."""
         started = time.monotonic()
-        response = HANDLERS[request.api.key](self, request)
+        if request.api.key == _PRODUCE:
+            finish = produce.start_produce(self, request)
+            return lambda: self._answer(request, finish(), started)
+        return lambda: self.handle(request, started)
+
+    def handle(self, request: KafkaRequest, started: float | None = None) -> memoryview | None:
+        """A whole request on this thread (``begin`` then its call)."""
+        started = time.monotonic() if started is None else started
+        if request.api.key == _PRODUCE:
+            return self.begin(request)()
+        return self._answer(request, HANDLERS[request.api.key](self, request), started)
+
+    def _answer(self, request: KafkaRequest, response: Any, started: float) -> memoryview | None:
+        api = request.api.name
         self.metrics.observe("kafka_request_seconds", time.monotonic() - started, api=api)
         self.metrics.inc("kafka_requests_total", api=api, error=str(_top_error(response)))
         if response is None:
@@ -105,7 +120,7 @@ class KafkaService:
         return encode_response(request, response, hint)
 
 
-_FETCH = 1
+_PRODUCE, _FETCH = 0, 1
 
 
 def _records_bytes(response: Any) -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import socket
 import struct
+import threading
 import time
 
 import pytest
@@ -222,3 +223,35 @@ def test_closed_connections_release_their_descriptors(kafka):
     while fds() > before + 2 and time.monotonic() < deadline:  # the listener's threads see the ends
         time.sleep(0.05)
     assert fds() <= before + 2
+
+
+def test_pipelined_produce_requests_of_one_connection_are_stored_in_the_order_sent(kafka):
+    broker, bootstrap = kafka
+    # The first request's check waits (at most 0.5 s) for a later request's check to start:
+    # were requests checked and submitted on the pool, the later one would overtake it.
+    prepare, later_started, calls = broker.appends.prepare, threading.Event(), []
+
+    def slow_first(groups):
+        calls.append(groups)
+        if len(calls) == 1:
+            later_started.wait(0.5)
+        else:
+            later_started.set()
+        return prepare(groups)
+
+    broker.appends.prepare = slow_first
+    P = ProduceRequest[7]
+    frames = []
+    for i in range(20):
+        batch = build_batch([Record(b"%03d" % i)], now_ms=0)
+        req = P(transactional_id=None, acks=-1, timeout_ms=5000, topic_data=[P.TopicProduceData(
+            name="ordered", partition_data=[P.TopicProduceData.PartitionProduceData(index=0, records=batch)])])
+        frames.append(_encoded(req, 7, i))
+    s = _connect(bootstrap)
+    s.sendall(b"".join(struct.pack(">i", len(f)) + f for f in frames))  # all in flight at once
+    offsets = [ProduceResponse.decode(_response(s)[4:], version=7).responses[0].partition_responses[0].base_offset
+               for _ in frames]
+    s.close()
+    assert offsets == list(range(20))
+    answer = doc(broker.consume(consume_body("ordered", 0, 1, max_bytes=1 << 20)))
+    assert [r["value"] for r in answer["results"][0]["records"]] == ["%03d" % i for i in range(20)]
