@@ -95,12 +95,18 @@ class KafkaService:
 
     def begin(self, request: KafkaRequest) -> Callable[[], memoryview | None]:
         """What the connection's reader calls, in request order: a Produce submits its
-        batches now (``produce.start_produce``); the rest of every request is the
-        returned call, which the handler pool runs."""
+        batches now (``produce.start_produce``) and an OffsetCommit commits now, so a
+        connection's writes land in the order sent (Kafka handles a connection's
+        requests one at a time; a later commit must not be overtaken by an earlier
+        one); the rest of every request is the returned call, which the handler pool
+        runs."""
         started = time.monotonic()
         if request.api.key == _PRODUCE:
             finish = produce.start_produce(self, request)
             return lambda: self._answer(request, finish(), started)
+        if request.api.key == _OFFSET_COMMIT:
+            answer = self.handle(request, started)
+            return lambda: answer
         return lambda: self.handle(request, started)
 
     def handle(self, request: KafkaRequest, started: float | None = None) -> memoryview | None:
@@ -120,7 +126,7 @@ class KafkaService:
         return encode_response(request, response, hint)
 
 
-_PRODUCE, _FETCH = 0, 1
+_PRODUCE, _FETCH, _OFFSET_COMMIT = 0, 1, 8
 
 
 def _records_bytes(response: Any) -> int:

@@ -20,7 +20,7 @@ from confluent_kafka import TopicPartition as CkTopicPartition
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 from kafka.protocol.metadata import ApiVersionsRequest
-from kafka.protocol.consumer import FetchRequest
+from kafka.protocol.consumer import FetchRequest, OffsetCommitRequest
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from server._broker.kafka_front import KafkaFront
@@ -28,6 +28,8 @@ from server._catalogue.topic_config import TopicDefaults
 from server._kafka.codec import APIS
 from server._protocol.kafka_batch import build_batch
 from server._protocol.kafka_records import Record
+from server._protocol.keys import TopicPartition as LogPartition
+from server._protocol.structs import SharedAppendGroup
 from tests.unit.test_broker import Cluster, consume_body, counter, doc
 
 
@@ -255,3 +257,33 @@ def test_pipelined_produce_requests_of_one_connection_are_stored_in_the_order_se
     assert offsets == list(range(20))
     answer = doc(broker.consume(consume_body("ordered", 0, 1, max_bytes=1 << 20)))
     assert [r["value"] for r in answer["results"][0]["records"]] == ["%03d" % i for i in range(20)]
+
+
+def test_pipelined_offset_commits_of_one_connection_land_in_the_order_sent(kafka):
+    broker, bootstrap = kafka
+    broker.appends.submit(broker.appends.prepare([SharedAppendGroup("commits", 0, [b"x"] * 30)])).result(10)
+    commit, others_done, calls = broker.group_offsets.commit, threading.Event(), []
+
+    def slow_first(*args, **kwargs):
+        calls.append(args)
+        if len(calls) == 1:
+            others_done.wait(0.5)  # set only if every later commit overtook this one
+            return commit(*args, **kwargs)
+        done = commit(*args, **kwargs)
+        if len(calls) == 10:
+            others_done.set()
+        return done
+
+    broker.group_offsets.commit = slow_first
+    C = OffsetCommitRequest[7]
+    frames = [_encoded(C(group_id="g", generation_id_or_member_epoch=-1, member_id="", group_instance_id=None,
+                         topics=[C.OffsetCommitRequestTopic(name="commits", partitions=[
+                             C.OffsetCommitRequestTopic.OffsetCommitRequestPartition(
+                                 partition_index=0, committed_offset=i, committed_leader_epoch=-1,
+                                 committed_metadata="")])]), 7, i) for i in range(1, 11)]
+    s = _connect(bootstrap)
+    s.sendall(b"".join(struct.pack(">i", len(f)) + f for f in frames))
+    for _ in frames:
+        _response(s)
+    s.close()
+    assert broker.group_offsets.fetch("g")[LogPartition("commits", 0)].offset == 10 + 1  # llog's: Kafka's + 1
