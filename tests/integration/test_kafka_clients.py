@@ -6,6 +6,7 @@ rebalances when one leaves, commit and resume; what they write reads back throug
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -13,6 +14,7 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as CkPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.errors import CommitFailedError
 
 from .conftest import BrokerProcess, value_bytes
 
@@ -65,13 +67,14 @@ def test_every_compression_of_both_clients_is_stored_once_and_reads_back_everywh
         batch = [(b"%s-%03d" % (codec.encode(), i), b"value %d " % i * 10) for i in range(60)]
         _ck_produce(bootstrap, unique_topic, batch, **{"compression.type": codec})
         sent += batch
-    p = KafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True, compression_type="gzip")
-    py_batch = [(b"kafka-python-%03d" % i, b"v%d" % i) for i in range(60)]
-    for key, value in py_batch:
-        p.send(unique_topic, key=key, value=value)
-    p.flush(60)
-    p.close()
-    sent += py_batch
+    for codec in ("gzip", "snappy", "lz4", "zstd", None):
+        p = KafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True, compression_type=codec)
+        py_batch = [(b"kafka-python-%s-%03d" % (str(codec).encode(), i), b"v%d" % i * 20) for i in range(40)]
+        for key, value in py_batch:
+            p.send(unique_topic, key=key, value=value)
+        p.flush(60)
+        p.close()
+        sent += py_batch
     got = _assign_all(bootstrap, unique_topic, len(sent))
     assert sorted((k, v) for _, _, k, v in got) == sorted(sent)
     for partition in range(PARTITIONS):  # Kafka's offsets: 0, 1, 2 ... in every partition
@@ -127,6 +130,71 @@ def _poll_until(members: list[Consumer], seen: dict, want: int, timeout_s: float
             if m is not None and m.error() is None:
                 seen[(m.partition(), m.offset())] = m.value()
                 c.commit(message=m, asynchronous=False)
+
+
+class _PyMember(threading.Thread):
+    """A kafka-python group member on its own thread, as an application runs one."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str, seen: dict, lock: threading.Lock) -> None:
+        super().__init__(daemon=True)
+        self.consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group,
+                                      auto_offset_reset="earliest", enable_auto_commit=False,
+                                      session_timeout_ms=6000, heartbeat_interval_ms=500, consumer_timeout_ms=200)
+        self.seen, self.lock, self.halt = seen, lock, threading.Event()
+        self.owned = 0
+
+    def run(self) -> None:
+        while not self.halt.is_set():
+            for m in self.consumer:
+                with self.lock:
+                    self.seen[(m.partition, m.offset)] = m.value
+            try:
+                self.consumer.commit()
+            except CommitFailedError:  # a rebalance began: the next poll rejoins, as an application does
+                continue
+            self.owned = len(self.consumer.assignment())
+        self.consumer.close()
+
+
+def _wait_for(condition, timeout_s: float = 60) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.1)  # polling the members' progress, not synchronizing with them
+    return condition()
+
+
+def test_kafka_python_consumers_share_a_group_rebalance_and_resume(brokers, unique_topic):
+    bootstrap = _bootstrap(brokers)
+    _create(bootstrap, unique_topic)
+    group = f"{unique_topic}-py"
+    _ck_produce(bootstrap, unique_topic, [(b"%d" % i, b"py-%d" % i) for i in range(120)])
+    seen: dict = {}
+    lock = threading.Lock()
+    members = [_PyMember(bootstrap, group, unique_topic, seen, lock) for _ in range(3)]
+    for m in members:
+        m.start()
+    assert _wait_for(lambda: len(seen) == 120), len(seen)
+    assert _wait_for(lambda: sum(m.owned for m in members) == PARTITIONS and max(m.owned for m in members) < 4)
+    leaving = members.pop()
+    leaving.halt.set()
+    leaving.join(30)
+    _ck_produce(bootstrap, unique_topic, [(b"%d" % i, b"py2-%d" % i) for i in range(120)])
+    assert _wait_for(lambda: len(seen) == 240), len(seen)
+
+    def committed() -> int:  # Kafka's committed offsets (llog's - 1), summed over the partitions
+        reply = brokers[1].client.request("GET", f"/groups/{group}/offsets")
+        return sum(o["offset"] - 1 for o in reply.json["offsets"]) if reply.status == 200 else 0
+
+    assert _wait_for(lambda: committed() == 240), committed()  # commits refused mid-rebalance are made again
+    for m in members:
+        m.halt.set()
+    for m in members:
+        m.join(30)
+    late = KafkaConsumer(unique_topic, bootstrap_servers=bootstrap, group_id=group, auto_offset_reset="earliest",
+                         enable_auto_commit=False, consumer_timeout_ms=3000)
+    rest = [m.value for m in late]  # everything was committed: nothing is read again
+    late.close()
+    assert rest == []
 
 
 def test_a_group_of_three_rebalances_when_one_leaves_and_resumes_from_its_commits(brokers, unique_topic):
