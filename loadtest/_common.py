@@ -22,7 +22,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
-__all__ = ["Broker", "stack_env", "run_threads", "put_bandwidth", "process_cpu_seconds"]
+__all__ = ["Broker", "stack_env", "run_threads", "put_bandwidth", "process_cpu_seconds", "terminate"]
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -85,14 +85,19 @@ class Broker:
         return process_cpu_seconds(self.proc.pid)
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        terminate(self.proc)
         self._log.close()
+
+
+def terminate(proc: subprocess.Popen, timeout_s: float = 30.0) -> None:
+    """SIGTERM, then SIGKILL if ``proc`` has not ended within ``timeout_s``."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def put_bandwidth(env: dict[str, str], seconds: float = 4.0, threads: int = 4, blob_mib: int = 8) -> float:

@@ -17,7 +17,7 @@ import time
 import uuid
 from pathlib import Path
 
-from loadtest._common import process_cpu_seconds
+from loadtest._common import process_cpu_seconds, terminate
 
 __all__ = ["KafkaServer"]
 
@@ -68,11 +68,5 @@ class KafkaServer:
         return process_cpu_seconds(self.proc.pid)
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        terminate(self.proc)
         self._log.close()

@@ -28,11 +28,11 @@ from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.consumer import FetchResponse, ListOffsetsResponse, OffsetForLeaderEpochResponse
 
-from .._errors import InvalidRequest, LlogError, UnknownTopic
+from .._errors import LlogError, UnknownTopic
 from .._log.timestamps import max_timestamp_offset, offset_for_timestamp
 from .._protocol.http_json import ConsumePartition, ConsumeRequest
 from .._protocol.kafka_batch import kafka_offset, llog_offset
-from .._protocol.keys import TopicPartition, validate_topic
+from .._protocol.keys import TopicPartition, is_valid, validate_topic
 from .errors import Code, error_code
 
 if TYPE_CHECKING:
@@ -57,7 +57,7 @@ def fetch(svc: KafkaService, req: KafkaRequest) -> Any:
             if (t.topic, p.partition) in seen:
                 continue
             seen.add((t.topic, p.partition))
-            if not _valid(t.topic) or p.partition < 0 or p.fetch_offset < 0:
+            if not is_valid(validate_topic, t.topic) or p.partition < 0 or p.fetch_offset < 0:
                 code = Code.OFFSET_OUT_OF_RANGE if p.fetch_offset < 0 else Code.UNKNOWN_TOPIC_OR_PARTITION
                 refused.append((t.topic, _FP(partition_index=p.partition, error_code=code, high_watermark=-1,
                                              last_stable_offset=-1, log_start_offset=-1, aborted_transactions=None,
@@ -111,7 +111,7 @@ def _offset_of(svc: KafkaService, topic: str, partition: int, timestamp: int) ->
     reader = svc.parts.reader
     if reader is None or svc.parts.topics is None:
         raise UnknownTopic("this broker does not read (role write)")
-    if not _valid(topic) or partition < 0:
+    if not is_valid(validate_topic, topic) or partition < 0:
         raise UnknownTopic(f"no topic-partition {topic!r}:{partition}")
     svc.parts.topics.check_consume(TopicPartition(topic, partition))
     if timestamp in (_EARLIEST, _LATEST):
@@ -140,14 +140,6 @@ def offset_for_leader_epoch(svc: KafkaService, req: KafkaRequest) -> Any:
                                           end_offset=end))
         topics.append(T(topic=t.topic, partitions=parts))
     return R[req.version](throttle_time_ms=0, topics=topics)
-
-
-def _valid(topic: str) -> bool:
-    try:
-        validate_topic(topic)
-        return True
-    except InvalidRequest:
-        return False
 
 
 HANDLERS = {1: fetch, 2: list_offsets, 23: offset_for_leader_epoch}

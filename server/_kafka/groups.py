@@ -20,10 +20,10 @@ from kafka.protocol.consumer import (
     SyncGroupResponse,
 )
 
-from .._errors import InvalidRequest, LlogError, UnknownGroup
+from .._errors import LlogError, UnknownGroup
 from .._protocol.http_json import InvalidField
 from .._protocol.kafka_batch import kafka_offset, llog_offset
-from .._protocol.keys import TopicPartition, validate_group, validate_topic
+from .._protocol.keys import TopicPartition, is_valid, validate_group, validate_topic
 from .errors import Code, error_code
 
 if TYPE_CHECKING:
@@ -36,19 +36,7 @@ log = logging.getLogger(__name__)
 
 
 def _bad_group(group: str) -> bool:
-    try:
-        validate_group(group)
-        return False
-    except InvalidRequest:
-        return True
-
-
-def _valid_topic(topic: str) -> bool:
-    try:
-        validate_topic(topic)
-        return True
-    except InvalidRequest:
-        return False
+    return not is_valid(validate_group, group)
 
 
 def join_group(svc: KafkaService, req: KafkaRequest) -> Any:
@@ -124,7 +112,7 @@ def _commit(svc: KafkaService, group: str, member: str, generation: int,
     if code != Code.NONE:
         return [code] * len(wanted)
     codes: list[int | None] = [
-        Code.UNKNOWN_TOPIC_OR_PARTITION if not _valid_topic(t) or p < 0 else Code.OFFSET_OUT_OF_RANGE if o < 0
+        Code.UNKNOWN_TOPIC_OR_PARTITION if not is_valid(validate_topic, t) or p < 0 else Code.OFFSET_OUT_OF_RANGE if o < 0
         else None for t, p, o, _ in wanted]
     todo = [i for i, c in enumerate(codes) if c is None]
     items = [(TopicPartition(wanted[i][0], wanted[i][1]), llog_offset(wanted[i][2]), wanted[i][3]) for i in todo]

@@ -38,6 +38,7 @@ import re
 from dataclasses import dataclass
 from urllib.parse import quote, unquote
 from functools import cached_property
+from typing import Callable
 
 from .._errors import ConfigError, InvalidRequest
 
@@ -48,6 +49,7 @@ __all__ = [
     "BROKERS_PARTITION_KEY",
     "validate_producer_name",
     "validate_group",
+    "is_valid",
     "OFFSET_DIGITS",
     "TopicPartition",
     "PartitionKeys",
@@ -97,6 +99,15 @@ def _printable_name(value: object, what: str, limit: int) -> str:
     if not 1 <= len(value) <= limit or any(ord(c) < 32 or ord(c) == 127 for c in value):
         raise InvalidRequest(f"invalid {what} {value!r}: use 1-{limit} printable characters")
     return value
+
+
+def is_valid(validate: Callable[[object], object], name: object) -> bool:
+    """Whether ``validate`` (``validate_topic``, ``validate_group`` ...) accepts ``name``."""
+    try:
+        validate(name)
+        return True
+    except InvalidRequest:
+        return False
 
 
 def validate_producer_name(name: object) -> str:
