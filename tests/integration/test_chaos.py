@@ -66,7 +66,7 @@ def test_kafka_clients_messages_are_stored_once_under_sigkills_pauses_and_an_oxi
     """librdkafka idempotent producers (acks=all) through the brokers' Kafka listeners."""
     opts = ChaosOptions(
         kafka=True,
-        seconds=20.0,
+        seconds=15.0,
         producers=3,
         partitions=8,
         brokers=3,
@@ -90,7 +90,7 @@ def test_no_acknowledged_write_is_lost_or_duplicated_under_pauses_minio_and_oxia
     tmp_path,
 ) -> None:
     opts = ChaosOptions(
-        seconds=45.0,
+        seconds=36.0,
         producers=8,
         partitions=8,
         brokers=3,

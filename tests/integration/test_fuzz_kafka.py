@@ -57,7 +57,7 @@ def _corpus(topic: str) -> list:
         (InitProducerIdRequest, dict(transactional_id=None, transaction_timeout_ms=60000, producer_id=-1,
                                      producer_epoch=-1)),
         (FindCoordinatorRequest, dict(key="fuzz-group", key_type=0, coordinator_keys=["fuzz-group"])),
-        (JoinGroupRequest, dict(group_id="fuzz-group", session_timeout_ms=6000, rebalance_timeout_ms=1,
+        (JoinGroupRequest, dict(group_id="fuzz-group", session_timeout_ms=10, rebalance_timeout_ms=1,
                                 member_id="", group_instance_id=None, protocol_type="consumer",
                                 protocols=[J.JoinGroupRequestProtocol(name="range", metadata=b"\x00\x01")])),
         (HeartbeatRequest, dict(group_id="fuzz-group", generation_id=1, member_id="m", group_instance_id=None)),
