@@ -74,9 +74,12 @@ class KafkaFront:
         return self.service.begin(request)
 
     def close(self) -> None:
-        if self.listener is not None:
-            self.listener.close()
+        """The coordinator first: a JoinGroup waiting for its rebalance returns at once, so the
+        listener's close (which waits for the requests it is handling) does not wait out a
+        rebalance timeout."""
         if self.service is not None:
             self.service.close()
+        if self.listener is not None:
+            self.listener.close()
         if self.nodes is not None:
             self.nodes.close()

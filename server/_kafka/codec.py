@@ -64,9 +64,11 @@ class MalformedFrame(InvalidRequest):
     as Kafka does (an ApiVersions of an unknown version is answered instead)."""
 
     def __init__(self, message: str, *, api_key: int | None = None, api_version: int | None = None,
-                 correlation_id: int | None = None) -> None:
+                 correlation_id: int | None = None, version_not_served: bool = False) -> None:
         super().__init__(message)
         self.api_key, self.api_version, self.correlation_id = api_key, api_version, correlation_id
+        self.version_not_served = version_not_served
+        """The API is served, this version of it is not (an ApiVersions of it is answered, KIP-511)."""
 
 
 @dataclass(frozen=True)
@@ -149,7 +151,8 @@ def decode_request(frame: bytes) -> KafkaRequest:
         raise MalformedFrame(f"API key {key} is not served", **where)
     if not api.serves(version):
         low = api.served_from if api.served_from is not None else api.min_version
-        raise MalformedFrame(f"{api.name} version {version} is not served ({low}-{api.max_version})", **where)
+        raise MalformedFrame(f"{api.name} version {version} is not served ({low}-{api.max_version})", **where,
+                             version_not_served=True)
     flexible = api.request.flexible_version_q(version)
     try:
         stream = io.BytesIO(frame[:_MAX_HEADER])  # not the whole frame: a produce's is megabytes

@@ -164,7 +164,7 @@ class _Connection:
         try:
             request = decode_request(frame)
         except MalformedFrame as exc:
-            if exc.api_key == API_VERSIONS and exc.correlation_id is not None and "not served" in str(exc):
+            if exc.api_key == API_VERSIONS and exc.version_not_served and exc.correlation_id is not None:
                 done: Future = Future()
                 done.set_result(unsupported_api_versions(exc.correlation_id))
                 return done

@@ -287,3 +287,36 @@ def test_pipelined_offset_commits_of_one_connection_land_in_the_order_sent(kafka
         _response(s)
     s.close()
     assert broker.group_offsets.fetch("g")[LogPartition("commits", 0)].offset == 10 + 1  # llog's: Kafka's + 1
+
+
+def test_closing_does_not_wait_out_a_rebalance_a_join_is_waiting_for():
+    from kafka.protocol.consumer import JoinGroupRequest
+
+    J = JoinGroupRequest[1]
+
+    def join(member: str) -> bytes:
+        return _encoded(J(group_id="g", session_timeout_ms=30_000, rebalance_timeout_ms=60_000, member_id=member,
+                          protocol_type="consumer",
+                          protocols=[J.JoinGroupRequestProtocol(name="range", metadata=b"")]), 1, 1)
+
+    with Cluster() as cluster:
+        broker = cluster.broker(kafka_port=0, kafka_group_initial_rebalance_delay_ms=0)
+        front = KafkaFront(broker, cluster.meta)
+        bootstrap = f"127.0.0.1:{front.port}"
+        first = _connect(bootstrap)
+        _request(first, join(""))  # a member that will never rejoin
+        second = _connect(bootstrap)
+        second.sendall(struct.pack(">i", len(join(""))) + join(""))  # waits for the first to rejoin
+        assert _wait_until(lambda: front.service.coordinator.describe("g")[0] == "PreparingRebalance")
+        started = time.monotonic()
+        front.close()
+        assert time.monotonic() - started < 10  # not the 60 s rebalance timeout
+        first.close()
+        second.close()
+
+
+def _wait_until(condition, timeout_s: float = 10) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.01)  # polling a state the listener's threads change
+    return condition()
