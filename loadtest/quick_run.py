@@ -151,8 +151,9 @@ def run(args: argparse.Namespace, r: Run) -> int:
                                data_dir / "logs", die_with_parent=not args.keep)
         if not args.keep:
             stack.callback(broker.process.stop)
+        # A small tail is compacted after 5 s, not the default 30: the run waits for compaction to end.
         compactor_env = {**env, "LLOG_COMPACTOR_DISCOVERY_INTERVAL_MS": "1000", "LLOG_COMPACTOR_IDLE_SLEEP_MS": "500",
-                         "LLOG_COMPACTOR_IDLE_JITTER_MS": "200"}
+                         "LLOG_COMPACTOR_IDLE_JITTER_MS": "200", "LLOG_COMPACTOR_MAX_DELAY_MS": "5000"}
         compactor = start_service("compactor", "server.leaderless_log_compactor_server", [], compactor_env,
                                   data_dir / "logs", die_with_parent=not args.keep)
         if not args.keep:

@@ -40,7 +40,7 @@ def _assert_progress_in_both_halves(report: ChaosReport) -> None:
 def test_idempotent_writes_are_stored_once_under_sigkills_and_an_oxia_restart(tmp_path) -> None:
     opts = ChaosOptions(
         idempotent=True,
-        seconds=20.0,
+        seconds=15.0,
         producers=8,
         partitions=16,
         brokers=3,
