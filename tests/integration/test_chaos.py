@@ -40,7 +40,7 @@ def _assert_progress_in_both_halves(report: ChaosReport) -> None:
 def test_idempotent_writes_are_stored_once_under_sigkills_and_an_oxia_restart(tmp_path) -> None:
     opts = ChaosOptions(
         idempotent=True,
-        seconds=15.0,
+        seconds=20.0,
         producers=8,
         partitions=16,
         brokers=3,
@@ -66,7 +66,7 @@ def test_kafka_clients_messages_are_stored_once_under_sigkills_pauses_and_an_oxi
     """librdkafka idempotent producers (acks=all) through the brokers' Kafka listeners."""
     opts = ChaosOptions(
         kafka=True,
-        seconds=15.0,
+        seconds=20.0,
         producers=3,
         partitions=8,
         brokers=3,
