@@ -13,7 +13,8 @@ A round over the partitions that may have something new:
    this broker (or its write process) produced; another broker may have
    written the partition. So before a partition is answered "empty" on the
    cache's word, its claim is checked once against Oxia ``meta/control``
-   during the request: if the control record's high watermark is at or past
+   during the request (the request's claims together: one Oxia read per
+   shard, ``reader.controls``): if the control record's high watermark is at or past
    the fetch offset, the partition is read through step 3 now (unless this
    broker's own produce to it awaits its flush: Oxia is then most likely
    ahead by that flush, and the request waits for its publish instead, reading
@@ -22,9 +23,10 @@ A round over the partitions that may have something new:
    repeated while the request waits: records that another broker writes
    during the wait are found by the next request (at most ``max_wait_ms``
    later). A partition that already returns records needs no check.
-3. **Storage** (``consume_storage.py``): ``meta/control`` and the sparse
-   index (resolved entries from ``index_cache.py``, an Oxia scan only past
-   them) for every missed partition in parallel, then one ``fetch_many`` per
+3. **Storage** (``consume_storage.py``): the missed partitions'
+   ``meta/control`` records in one Oxia read per shard, their sparse
+   indexes (resolved entries from ``index_cache.py``, an Oxia scan only past
+   them) in parallel, then one ``fetch_many`` per
    blob (blobs in parallel), so slices of one shared WAL blob wanted by
    several partitions are fetched with one range GET per request.
 
@@ -74,6 +76,7 @@ from typing import Any, Callable, Sequence, TypeVar
 from .._errors import LlogError
 from .._log.reader import LeaderlessLogReader
 from .._protocol.keys import TopicPartition
+from .._protocol.records import ControlRecord
 from .._metrics import LlogMetrics
 from .._protocol.http_json import (
     LOG_START_OFFSET,
@@ -212,7 +215,7 @@ class BrokerConsumeService:
         """Read the control record of the partitions whose log start is older than the refresh time."""
         now = time.monotonic()
         stale = [f for f in fetches if now - self._log_start.get(f.tp, (0, -1e18))[1] >= self._log_start_refresh_s]
-        for f, got in zip(stale, self._map(lambda f: self.reader.control(f.tp.topic, f.tp.partition), stale)):
+        for f, got in zip(stale, self._controls(stale)):
             if isinstance(got, LlogError):
                 continue  # the storage read meets it again, and answers it
             self._see_log_start(f.tp, got.log_start_offset, now)
@@ -338,7 +341,7 @@ class BrokerConsumeService:
         """Check the cache's "nothing past the tail" claims against Oxia; return
         the partitions that do have more (written through another broker)."""
         more: list[Fetch] = []
-        for f, outcome in zip(claims, self._map(lambda f: self.reader.control(f.tp.topic, f.tp.partition), claims)):
+        for f, outcome in zip(claims, self._controls(claims)):
             if isinstance(outcome, LlogError):
                 f.fail(outcome)
                 continue
@@ -357,6 +360,10 @@ class BrokerConsumeService:
                 self.metrics.inc("tail_cache_validations_total", result="behind")
                 more.append(f)
         return more
+
+    def _controls(self, fetches: Sequence[Fetch]) -> list[ControlRecord | LlogError]:
+        """Each partition's control record (or its LlogError), read together."""
+        return self.reader.controls([f.tp for f in fetches]) if fetches else []
 
     def _map(self, fn: Callable[[Any], T], args: list) -> list[T | LlogError]:
         """``fn`` over ``args`` (in parallel when more than one); an LlogError

@@ -1,9 +1,9 @@
 """Reading /consume's missed partitions from Oxia and S3 (step 3 of
 ``consume.py``), and ``Fetch``, one partition's progress within a request.
 
-Per request: every partition's ``meta/control`` and sparse index in parallel
-(the index from the broker's ``IndexCache``, scanning Oxia only past what it
-holds), planned within the request's byte budget, then one ``fetch_many`` per
+Per request: every partition's ``meta/control`` in one Oxia read per shard,
+then their sparse indexes in parallel (from the broker's ``IndexCache``,
+scanning Oxia only past what it holds), planned within the request's byte budget, then one ``fetch_many`` per
 blob (blobs in parallel), so slices of one shared WAL blob wanted by several
 partitions cost one range GET.
 """
@@ -17,6 +17,7 @@ from .._errors import LlogError, ObjectNotFound, OffsetOutOfRange
 from .._log.reader import LeaderlessLogReader, ResolvedBatch, stored
 from .._protocol.stored_batches import StoredBatches
 from .._protocol.keys import PartitionKeys, TopicPartition
+from .._protocol.records import ControlRecord
 from .._metrics import LlogMetrics
 from .._protocol.http_json import ConsumePartition
 from .index_cache import IndexCache
@@ -101,7 +102,8 @@ class StorageReads:
             0 if left_total <= 0 else max(1, min(left_total, f.req.partition_max_bytes - f.nbytes))
             for f in parts
         ]
-        plans = self._map(lambda fb: self._plan(*fb), list(zip(parts, budgets)))
+        controls = self.reader.controls([f.tp for f in parts])
+        plans = self._map(lambda a: self._plan(*a), list(zip(parts, budgets, controls)))
         items: list[tuple[PartitionKeys, ResolvedBatch]] = []
         owners: list[Fetch] = []
         planned: list[tuple[Fetch, list[ResolvedBatch]]] = []
@@ -137,9 +139,10 @@ class StorageReads:
             if batches and f.active
         }
 
-    def _plan(self, f: Fetch, budget: int) -> tuple[int, list[ResolvedBatch]]:
+    def _plan(self, f: Fetch, budget: int, control: ControlRecord | LlogError) -> tuple[int, list[ResolvedBatch]]:
         """The partition's high watermark and the batches worth fetching."""
-        control = self.reader.control(f.tp.topic, f.tp.partition)
+        if isinstance(control, LlogError):
+            raise control
         f.see_log_start(control.log_start_offset)
         if f.next_offset < f.log_start and not f.spans:
             raise f.below_log_start()

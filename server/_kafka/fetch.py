@@ -34,6 +34,7 @@ from .._protocol.http_json import ConsumePartition, ConsumeRequest
 from .._protocol.kafka_batch import kafka_offset, llog_offset
 from .._protocol.keys import TopicPartition, is_valid, validate_topic
 from .errors import Code, error_code
+from .gather import RecordParts
 
 if TYPE_CHECKING:
     from .codec import KafkaRequest
@@ -81,7 +82,7 @@ def fetch(svc: KafkaService, req: KafkaRequest) -> Any:
 def _partition(part: Any) -> Any:
     hw = -1 if part.high_watermark is None else part.high_watermark  # llog's last offset N is Kafka's next, N
     code = error_code(part.error)
-    records = b"".join(piece for span in part.spans for piece in span.kafka_batches())
+    records = RecordParts(piece for span in part.spans for piece in span.kafka_batches())
     if code == Code.NONE and hw >= 0 and kafka_offset(part.fetch_offset) > hw:
         code = Code.OFFSET_OUT_OF_RANGE
     return _FP(partition_index=part.partition, error_code=code, high_watermark=hw, last_stable_offset=hw,

@@ -35,12 +35,13 @@ from typing import Callable
 from .._metrics import LlogMetrics
 from .codec import API_VERSIONS, SIZE, KafkaRequest, MalformedFrame, decode_request, \
     unsupported_api_versions
+from .gather import Answer, send_parts
 
 __all__ = ["KafkaListener", "Begin"]
 
 log = logging.getLogger(__name__)
 
-Begin = Callable[[KafkaRequest], Callable[[], "bytes | memoryview | None"]]
+Begin = Callable[[KafkaRequest], Callable[[], "bytes | Answer | None"]]
 """Called on the reader thread in request order; returns what the pool runs to answer
 the request with its framed response (None: no response)."""
 
@@ -190,7 +191,7 @@ class _Connection:
                     log.exception("kafka connection %s: a handler failed: closing", self.peer)
                     break
                 if data is not None and not self._closed.is_set():
-                    self.sock.sendall(data)
+                    send_parts(self.sock, data)
         except OSError:
             pass
         finally:

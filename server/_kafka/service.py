@@ -31,6 +31,7 @@ from .._metrics import LlogMetrics
 from .._runtime import Runtime
 from . import admin, cluster, fetch, groups, produce
 from .codec import KafkaRequest, encode_response
+from .gather import Answer, RecordParts, encode_gathered
 from .coordinator import GroupCoordinator
 from .nodes import Nodes
 
@@ -93,7 +94,7 @@ class KafkaService:
     def close(self) -> None:
         self.coordinator.close()
 
-    def begin(self, request: KafkaRequest) -> Callable[[], memoryview | None]:
+    def begin(self, request: KafkaRequest) -> Callable[[], Answer | None]:
         """What the connection's reader calls, in request order: a Produce submits its
         batches now (``produce.start_produce``) and an OffsetCommit commits now, so a
         connection's writes land in the order sent (Kafka handles a connection's
@@ -109,28 +110,31 @@ class KafkaService:
             return lambda: answer
         return lambda: self.handle(request, started)
 
-    def handle(self, request: KafkaRequest, started: float | None = None) -> memoryview | None:
+    def handle(self, request: KafkaRequest, started: float | None = None) -> Answer | None:
         """A whole request on this thread (``begin`` then its call)."""
         started = time.monotonic() if started is None else started
         if request.api.key == _PRODUCE:
             return self.begin(request)()
         return self._answer(request, HANDLERS[request.api.key](self, request), started)
 
-    def _answer(self, request: KafkaRequest, response: Any, started: float) -> memoryview | None:
+    def _answer(self, request: KafkaRequest, response: Any, started: float) -> Answer | None:
         api = request.api.name
         self.metrics.observe("kafka_request_seconds", time.monotonic() - started, api=api)
         self.metrics.inc("kafka_requests_total", api=api, error=str(_top_error(response)))
         if response is None:
             return None
-        hint = _records_bytes(response) if request.api.key == _FETCH else 0
-        return encode_response(request, response, hint)
+        if request.api.key == _FETCH:
+            return encode_gathered(response, request.version, request.correlation_id, _record_parts(response),
+                                   response.flexible_version_q(request.version), self.runtime.ids.uuid4().bytes)
+        return encode_response(request, response)
 
 
 _PRODUCE, _FETCH, _OFFSET_COMMIT = 0, 1, 8
 
 
-def _records_bytes(response: Any) -> int:
-    return sum(len(p.records or b"") for t in response.responses for p in t.partitions)
+def _record_parts(response: Any) -> list[RecordParts]:
+    """A Fetch answer's records fields given as buffers, in the order they are encoded."""
+    return [p.records for t in response.responses for p in t.partitions if isinstance(p.records, RecordParts)]
 
 
 def _top_error(response: Any) -> int:

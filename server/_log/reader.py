@@ -54,7 +54,7 @@ from .._errors import (
 )
 from .._protocol.codec import SHARED_MAGIC, decode_shared_header
 from .._protocol.stored_batches import decode_stored
-from .._protocol.keys import LogLayout, PartitionKeys, parse_s3_uri
+from .._protocol.keys import LogLayout, PartitionKeys, TopicPartition, parse_s3_uri
 from .._protocol.records import CompactionCursor, ControlRecord, EntryType, IndexEntry
 from .._protocol.structs import ReadRecord
 from .._storage.metastore import MetadataStore
@@ -135,6 +135,18 @@ class LeaderlessLogReader(Closeable):
     def control(self, topic: str, partition: int) -> ControlRecord:
         """The partition's ``meta/control``; raises PartitionNotInitialized."""
         return self._control(self.layout.partition(topic, partition))
+
+    def controls(self, tps: Sequence[TopicPartition]) -> list[ControlRecord | LlogError]:
+        """``control`` of each partition, read together (one Oxia read per shard);
+        a partition's error (PartitionNotInitialized) is in its place. A failed read
+        fails them all, as each of them would."""
+        keys = [self.layout.partition(tp.topic, tp.partition) for tp in tps]
+        try:
+            recs = self._meta.get_many([(k.control, k.partition_key) for k in keys])
+        except LlogError as exc:
+            return [exc] * len(keys)
+        return [ControlRecord.decode(rec.value) if rec is not None else PartitionNotInitialized(
+            "partition is not initialized", topic=k.tp.topic, partition=k.tp.partition) for k, rec in zip(keys, recs)]
 
     def high_watermark(self, topic: str, partition: int) -> int:
         """The last written offset (0 for an empty log)."""

@@ -15,7 +15,7 @@ from .spec import COUNT_BUCKETS, SIZE_BUCKETS_BYTES, Kind, MetricSpec
 __all__ = ["CATALOGUE", "BY_NAME", "PRESENT_AT_START"]
 
 _OXIA_OPS = (
-    "get", "get_ceiling", "put", "put_cas", "put_ephemeral", "delete", "delete_range", "list", "range_scan",
+    "get", "get_many", "get_ceiling", "put", "put_cas", "put_ephemeral", "delete", "delete_range", "list", "range_scan",
 )
 _S3_OPS = ("put", "get", "range_get", "list", "delete")
 _OUTCOMES = ("ok", "error")

@@ -14,7 +14,7 @@ counter, so the vacuum's grace period and the blob age rule see real ages.
 from __future__ import annotations
 
 import bisect
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Sequence
 
 from server._errors import MetadataStoreError, ObjectStoreError
 from server._protocol.keys import oxia_sort_key
@@ -129,6 +129,9 @@ class SimMetadataStore:
     def get(self, key: str, partition_key: str) -> Record | None:
         self._enter("meta.get", key)
         return self.inner.get(key, partition_key)
+
+    def get_many(self, items: Sequence[tuple[str, str]]) -> list[Record | None]:
+        return [self.get(k, pk) for k, pk in items]  # as Oxia: one get after another, each a point
 
     def ceiling(self, key: str, partition_key: str) -> Record | None:
         self._enter("meta.ceiling", key)

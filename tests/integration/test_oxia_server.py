@@ -129,3 +129,29 @@ def test_a_long_lived_client_follows_two_leader_changes(tmp_path):
                 assert store.get(f"failover/{pk}", pk).value == value
         finally:
             store.close()
+
+
+def test_get_many_answers_each_get_in_order_across_shards_and_split_answers(tmp_path):
+    """``get_many`` sends one read per shard; Oxia streams a read's answers in
+    messages of at most 2 MiB of values, so 2.5 MiB per shard comes back split."""
+    import random
+
+    from devstack import LocalStack
+
+    with LocalStack(tmp_path / "stack", oxia_shards=4) as local:
+        store = OxiaMetadataStore(OxiaConfig.from_env(local.settings.env(root_prefix="many")))
+        try:
+            rng = random.Random(3)
+            present = [(f"many/k/{i}", f"pk{i % 20}") for i in range(200)]
+            for i, (key, pk) in enumerate(present):
+                store.put(key, rng.randbytes(100_000 if i % 2 else 10), partition_key=pk)
+            wanted = present + [(f"many/absent/{i}", f"pk{i}") for i in range(30)]
+            rng.shuffle(wanted)
+            discovery = store._client._service_discovery
+            assert len({discovery.get_shard(pk).shard for _, pk in wanted}) == 4
+            got = store.get_many(wanted)
+            assert got == [store.get(key, pk) for key, pk in wanted]
+            assert sum(r is None for r in got) == 30
+            assert store.get_many([]) == [] and store.get_many(wanted[:1]) == [store.get(*wanted[0])]
+        finally:
+            store.close()
