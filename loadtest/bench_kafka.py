@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 from statistics import median
 
+from loadtest import _librdkafka_perf
 from loadtest._common import Broker, stack_env
 from loadtest._kafka_server import KafkaServer
 
@@ -51,7 +52,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--no-kafka", dest="kafka", action="store_false",
                    help="do not run the same tools against a single-node Kafka beside llog")
     p.add_argument("--producer-setting", action="append", default=[], metavar="KEY=VALUE",
-                   help="a producer setting added to (or replacing) the defaults; repeatable")
+                   help="a producer setting added to (or replacing) the defaults, in the client's own names; "
+                        "repeatable")
+    p.add_argument("--topic-config", action="append", default=[], metavar="KEY=VALUE",
+                   help="a config of the benchmark's topics (TopicCommand --config), e.g. max.message.bytes; "
+                        "repeatable")
+    p.add_argument("--client", choices=("java", "librdkafka"), default="java",
+                   help="Kafka's Java tools (default), or librdkafka in this process, whose C threads leave "
+                        "more of the machine to the brokers (loadtest/_librdkafka_perf.py)")
     return p.parse_args(argv)
 
 
@@ -77,6 +85,11 @@ def _settings(extra: list[str]) -> list[str]:
 
 def produce(broker: Any, topic: str, args: argparse.Namespace) -> dict[str, float]:
     cpu0, t0 = broker.cpu_seconds(), time.monotonic()
+    mb = args.records * args.record_bytes / 1e6
+    if args.client == "librdkafka":
+        got = _librdkafka_perf.produce(broker.kafka, topic, args.records, args.record_bytes,
+                                       dict(kv.split("=", 1) for kv in args.producer_setting))
+        return {**got, "cpu_ms_per_mb": (broker.cpu_seconds() - cpu0) * 1000 / mb, "seconds": time.monotonic() - t0}
     out = _tool("ProducerPerformance", "--topic", topic, "--num-records", str(args.records), "--record-size",
                 str(args.record_bytes), "--throughput", "-1", "--producer-props",
                 f"bootstrap.servers={broker.kafka}", *_settings(args.producer_setting))
@@ -85,13 +98,16 @@ def produce(broker: Any, topic: str, args: argparse.Namespace) -> dict[str, floa
     m = re.search(r"\(([\d.]+) MB/sec\).*?(\d+) ms 50th, \d+ ms 95th, (\d+) ms 99th", last)
     if m is None:
         raise SystemExit(f"cannot read ProducerPerformance's summary: {last!r}")
-    mb = args.records * args.record_bytes / 1e6
     return {"mb_s": float(m.group(1)) * 1.048576, "p50_ms": float(m.group(2)), "p99_ms": float(m.group(3)),
             "cpu_ms_per_mb": cpu * 1000 / mb, "seconds": time.monotonic() - t0}
 
 
 def consume(broker: Any, topic: str, args: argparse.Namespace) -> dict[str, float]:
     cpu0 = broker.cpu_seconds()
+    if args.client == "librdkafka":
+        got = _librdkafka_perf.consume(broker.kafka, topic, args.partitions, args.records)
+        mb = got["records"] * args.record_bytes / 1e6
+        return {**got, "cpu_ms_per_mb": (broker.cpu_seconds() - cpu0) * 1000 / mb}
     out = _tool("ConsumerPerformance", "--bootstrap-server", broker.kafka, "--topic", topic, "--messages",
                 str(args.records), "--timeout", "120000")
     cpu = broker.cpu_seconds() - cpu0
@@ -105,7 +121,7 @@ def consume(broker: Any, topic: str, args: argparse.Namespace) -> dict[str, floa
 def one_run(target: Any, name: str, i: int, args: argparse.Namespace) -> tuple[dict, dict]:
     topic = f"bench-{i}-{int(time.time())}"
     _tool("TopicCommand", "--bootstrap-server", target.kafka, "--create", "--topic", topic,
-          "--partitions", str(args.partitions))
+          "--partitions", str(args.partitions), *(a for kv in args.topic_config for a in ("--config", kv)))
     p = produce(target, topic, args)
     print(f"[bench] {name} run {i + 1}: produce {p['mb_s']:.1f} MB/s, p50 {p['p50_ms']:.0f} ms, "
           f"p99 {p['p99_ms']:.0f} ms, broker CPU {p['cpu_ms_per_mb']:.1f} ms/MB", flush=True)
@@ -132,12 +148,13 @@ def main(argv: list[str] | None = None) -> int:
             stack.callback(targets["kafka"].stop)
         print(f"[bench] llog {targets['llog'].url} (Kafka listener {targets['llog'].kafka})"
               + (f", Kafka {targets['kafka'].kafka}" if args.kafka else "")
-              + f"; producer: {' '.join(_settings(args.producer_setting))}", flush=True)
+              + (f"; producer: {' '.join(_settings(args.producer_setting))}" if args.client == "java" else
+                 f"; client librdkafka, producer: {_librdkafka_perf.PRODUCER} {args.producer_setting}"), flush=True)
         runs: dict[str, list] = {name: [] for name in targets}
         for i in range(args.repeat):
             for name, target in targets.items():  # alternating, so drift hits both alike
                 runs[name].append(one_run(target, name, i, args))
-        print(f"\n{args.records:,} records of {args.record_bytes} B, {args.partitions} partitions, "
+        print(f"\n{args.client} client, {args.records:,} records of {args.record_bytes} B, {args.partitions} partitions, "
               f"{args.repeat} run(s) each (medians [all]):")
         print(f"  {'':<26} " + "  ".join(f"{name:>24}" for name in targets))
         for label, pick in ROWS:

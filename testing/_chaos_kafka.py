@@ -20,10 +20,10 @@ violation.
 
 from __future__ import annotations
 
-import random
 import threading
 from typing import Any
 
+from testing._chaos_workload import Producer
 from testing.history import OK, UNKNOWN, ProducedBatch
 
 __all__ = ["KafkaClientProducer"]
@@ -35,18 +35,12 @@ CONF = {
 }
 
 
-class KafkaClientProducer(threading.Thread):
+class KafkaClientProducer(Producer):
     """Produces unique messages through librdkafka until ``stop`` is set (module docstring)."""
 
-    def __init__(self, index: int, cluster: Any, history: Any, stop: threading.Event, seed: int) -> None:
-        super().__init__(name=f"chaos-kafka-producer-{index}", daemon=True)
-        self.index = index
-        self._cluster = cluster
-        self._history = history
-        self._halt = stop
-        self._rng = random.Random(seed)
-        self._seq = 0
-        self._pending = 0
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.name = f"chaos-kafka-producer-{self.index}"
         self._lock = threading.Lock()
         self.fatal = 0
 

@@ -9,14 +9,14 @@ holds the bytes; every topic reports 1). Replica assignments are refused.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from kafka.protocol.admin import (
     CreatePartitionsResponse, CreateTopicsResponse, DeleteTopicsResponse, DescribeConfigsResponse,
     IncrementalAlterConfigsResponse,
 )
 
-from .._errors import InvalidRequest, LlogError, UnknownTopic
+from .._errors import InvalidRequest, LlogError, TopicAlreadyExists, UnknownTopic
 from .._protocol.keys import validate_topic
 from .cluster import topic_uuid
 from .errors import Code, error_code
@@ -26,6 +26,18 @@ if TYPE_CHECKING:
     from .service import KafkaService
 
 __all__ = ["HANDLERS"]
+
+T = TypeVar("T")
+
+
+def _attempt(body: Callable[[], T], to_code: Callable[[LlogError], int] = error_code) -> tuple[int, str | None, T | None]:
+    """``(NONE, None, body())``, or ``(code, message, None)`` when ``body`` raised an LlogError:
+    one item's answer in an admin request that answers each item on its own."""
+    try:
+        return Code.NONE, None, body()
+    except LlogError as exc:
+        return to_code(exc), str(exc), None
+
 
 _TOPIC_CONFIG = 2  # resource types of DescribeConfigs and IncrementalAlterConfigs
 _BROKER_CONFIG = 4
@@ -37,44 +49,29 @@ def describe_configs(svc: KafkaService, req: KafkaRequest) -> Any:
     results = []
     for res in req.body.resources:
         wanted = None if res.configuration_keys is None else set(res.configuration_keys)
-        configs: dict[str, str] = {}
-        code, message = Code.NONE, None
-        if res.resource_type == _TOPIC_CONFIG:
-            try:
-                configs = svc.parts.topics.describe(res.resource_name).config.to_kafka()
-            except LlogError as exc:
-                code, message = error_code(exc), str(exc)
-        elif res.resource_type != _BROKER_CONFIG:
-            code, message = Code.INVALID_REQUEST, f"resource type {res.resource_type} is not described"
+        code, message, configs = _attempt(lambda: _configs(svc, res.resource_type, res.resource_name))
         entries = [R.DescribeConfigsResult.DescribeConfigsResourceResult(
             name=k, value=str(val), read_only=False, is_default=False, config_source=1, is_sensitive=False,
             synonyms=[], config_type=0, documentation=None)
-            for k, val in sorted(configs.items()) if wanted is None or k in wanted]
+            for k, val in sorted((configs or {}).items()) if wanted is None or k in wanted]
         results.append(R.DescribeConfigsResult(error_code=code, error_message=message, resource_type=res.resource_type,
                                                resource_name=res.resource_name, configs=entries))
     return R[req.version](throttle_time_ms=0, results=results)
+
+
+def _configs(svc: KafkaService, resource_type: int, name: str) -> dict[str, str]:
+    if resource_type == _TOPIC_CONFIG:
+        return svc.parts.topics.describe(name).config.to_kafka()
+    if resource_type == _BROKER_CONFIG:
+        return {}
+    raise InvalidRequest(f"resource type {resource_type} is not described")
 
 
 def create_topics(svc: KafkaService, req: KafkaRequest) -> Any:
     R = CreateTopicsResponse
     out = []
     for t in req.body.topics:
-        code, message, record = Code.NONE, None, None
-        try:
-            if t.assignments:
-                raise InvalidRequest("replica assignments are not supported: llog keeps no replicas")
-            count = None if t.num_partitions == -1 else t.num_partitions
-            config = {c.name: c.value for c in t.configs}
-            if req.body.validate_only:
-                validate_topic(t.name)
-                record = svc.parts.topics.catalogue.get(t.name)
-                if record is not None:
-                    code, message = Code.TOPIC_ALREADY_EXISTS, f"topic {t.name!r} already exists"
-                record = None
-            else:
-                record = svc.parts.topics.create(t.name, count, config or None)
-        except LlogError as exc:
-            code, message = _create_error(exc), str(exc)
+        code, message, record = _attempt(lambda: _create(svc, t, req.body.validate_only), _create_error)
         out.append(R.CreatableTopicResult(
             name=t.name, topic_id=topic_uuid(record.topic_id) if record else None, error_code=code,
             error_message=message, num_partitions=record.partitions if record else -1,
@@ -83,6 +80,20 @@ def create_topics(svc: KafkaService, req: KafkaRequest) -> Any:
                                                              is_sensitive=False)
                 for k, val in sorted(record.config.to_kafka().items())] if record else []))
     return R[req.version](throttle_time_ms=0, topics=out)
+
+
+def _create(svc: KafkaService, t: Any, validate_only: bool) -> Any:
+    """The created topic's record; None when only validating."""
+    if t.assignments:
+        raise InvalidRequest("replica assignments are not supported: llog keeps no replicas")
+    count = None if t.num_partitions == -1 else t.num_partitions
+    config = {c.name: c.value for c in t.configs}
+    if not validate_only:
+        return svc.parts.topics.create(t.name, count, config or None)
+    validate_topic(t.name)
+    if svc.parts.topics.catalogue.get(t.name) is not None:
+        raise TopicAlreadyExists(f"topic {t.name!r} already exists")
+    return None
 
 
 def _create_error(exc: LlogError) -> int:
@@ -102,61 +113,61 @@ def delete_topics(svc: KafkaService, req: KafkaRequest) -> Any:
     names = [t.name for t in req.body.topics] if v >= 6 else list(req.body.topic_names)
     out = []
     for name in names:
-        code, message, topic_id = Code.NONE, None, None
-        try:
-            if name is None:
-                raise UnknownTopic("llog deletes topics by name, not by id")
-            validate_topic(name)
-            topic_id = topic_uuid(svc.parts.topics.delete(name).topic_id)
-        except LlogError as exc:
-            code, message = error_code(exc), str(exc)
+        code, message, topic_id = _attempt(lambda: _delete(svc, name))
         out.append(R.DeletableTopicResult(name=name, topic_id=topic_id, error_code=code, error_message=message))
     return R[v](throttle_time_ms=0, responses=out)
+
+
+def _delete(svc: KafkaService, name: str | None) -> Any:
+    if name is None:
+        raise UnknownTopic("llog deletes topics by name, not by id")
+    validate_topic(name)
+    return topic_uuid(svc.parts.topics.delete(name).topic_id)
 
 
 def create_partitions(svc: KafkaService, req: KafkaRequest) -> Any:
     R = CreatePartitionsResponse
     out = []
     for t in req.body.topics:
-        code, message = Code.NONE, None
-        try:
-            if t.assignments:
-                raise InvalidRequest("replica assignments are not supported: llog keeps no replicas")
-            validate_topic(t.name)
-            if req.body.validate_only:
-                current = svc.parts.topics.describe(t.name)
-                if t.count <= current.partitions:
-                    raise InvalidRequest(f"topic {t.name!r} has {current.partitions} partitions already; "
-                                         "a topic's partition count can only grow")
-            else:
-                svc.parts.topics.add_partitions(t.name, t.count)
-        except LlogError as exc:
-            code, message = _create_error(exc), str(exc)
+        code, message, _ = _attempt(lambda: _add_partitions(svc, t, req.body.validate_only), _create_error)
         out.append(R.CreatePartitionsTopicResult(name=t.name, error_code=code, error_message=message))
     return R[req.version](throttle_time_ms=0, results=out)
+
+
+def _add_partitions(svc: KafkaService, t: Any, validate_only: bool) -> None:
+    if t.assignments:
+        raise InvalidRequest("replica assignments are not supported: llog keeps no replicas")
+    validate_topic(t.name)
+    if not validate_only:
+        svc.parts.topics.add_partitions(t.name, t.count)
+        return
+    current = svc.parts.topics.describe(t.name)
+    if t.count <= current.partitions:
+        raise InvalidRequest(f"topic {t.name!r} has {current.partitions} partitions already; "
+                             "a topic's partition count can only grow")
 
 
 def incremental_alter_configs(svc: KafkaService, req: KafkaRequest) -> Any:
     R = IncrementalAlterConfigsResponse
     out = []
     for res in req.body.resources:
-        code, message = Code.NONE, None
-        try:
-            if res.resource_type != _TOPIC_CONFIG:
-                raise InvalidRequest(f"resource type {res.resource_type} has no configs llog changes")
-            changes: dict[str, Any] = {}
-            for c in res.configs:
-                if c.config_operation not in (_SET, _DELETE):
-                    raise InvalidRequest(f"{c.name}: only SET and DELETE apply to llog's topic configs")
-                changes[c.name] = c.value if c.config_operation == _SET else None
-            validate_topic(res.resource_name)
-            if not req.body.validate_only:
-                svc.parts.topics.alter_config(res.resource_name, changes)
-        except LlogError as exc:
-            code, message = _create_error(exc), str(exc)
+        code, message, _ = _attempt(lambda: _alter(svc, res, req.body.validate_only), _create_error)
         out.append(R.AlterConfigsResourceResponse(error_code=code, error_message=message,
                                                   resource_type=res.resource_type, resource_name=res.resource_name))
     return R[req.version](throttle_time_ms=0, responses=out)
+
+
+def _alter(svc: KafkaService, res: Any, validate_only: bool) -> None:
+    if res.resource_type != _TOPIC_CONFIG:
+        raise InvalidRequest(f"resource type {res.resource_type} has no configs llog changes")
+    changes: dict[str, Any] = {}
+    for c in res.configs:
+        if c.config_operation not in (_SET, _DELETE):
+            raise InvalidRequest(f"{c.name}: only SET and DELETE apply to llog's topic configs")
+        changes[c.name] = c.value if c.config_operation == _SET else None
+    validate_topic(res.resource_name)
+    if not validate_only:
+        svc.parts.topics.alter_config(res.resource_name, changes)
 
 
 HANDLERS = {

@@ -31,6 +31,7 @@ from kafka.protocol.producer import InitProducerIdResponse, ProduceResponse
 from .._errors import BackPressureRejected, InvalidRequest, LlogError, OutcomeUnknown, ProducerClosed
 from .._protocol.http_json import InvalidField
 from .._protocol.kafka_batch import kafka_offset
+from .._protocol.kafka_records import TimestampType
 from .._protocol.stored_batches import StoredBatches
 from .._protocol.structs import SharedAppendGroup
 from .errors import Code, error_code
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
     from .codec import KafkaRequest
     from .service import KafkaService
 
-__all__ = ["HANDLERS"]
+__all__ = ["HANDLERS", "start_produce"]
 
 _DUPLICATE_SEQUENCE_NUMBER = 46
 _TP = ProduceResponse.TopicProduceResponse
@@ -108,20 +109,23 @@ def start_produce(svc: KafkaService, req: KafkaRequest) -> Callable[[], Any]:
     return finish
 
 
-def produce(svc: KafkaService, req: KafkaRequest) -> Any:
-    """The whole of a Produce on one thread (what a caller without a connection uses)."""
-    return start_produce(svc, req)()
-
-
 def _answer(req: KafkaRequest, slots: list[_Slot]) -> Any:
     by_topic: dict[str, list[Any]] = {}
     for s in slots:
         by_topic.setdefault(s.topic, []).append(_PP(
-            index=s.partition, error_code=s.code, base_offset=s.base_offset, log_append_time_ms=-1,
+            index=s.partition, error_code=s.code, base_offset=s.base_offset, log_append_time_ms=_append_time(s),
             log_start_offset=-1, record_errors=[], error_message=s.message))
     return ProduceResponse[req.version](
         responses=[_TP(name=name, partition_responses=parts) for name, parts in by_topic.items()],
         throttle_time_ms=0)
+
+
+def _append_time(s: _Slot) -> int:
+    """The time a LogAppendTime topic's broker stamped on the stored batch; -1 for CreateTime (as Kafka)."""
+    if s.code != Code.NONE or s.group is None:
+        return -1
+    h = s.group.payloads.header(0)
+    return h.max_timestamp if h.timestamp_type is TimestampType.LOG_APPEND_TIME else -1
 
 
 def _submit(svc: KafkaService, todo: list[_Slot]) -> Future | None:
@@ -176,4 +180,4 @@ def init_producer_id(svc: KafkaService, req: KafkaRequest) -> Any:
              producer_epoch=identity.producer_epoch)
 
 
-HANDLERS = {0: produce, 22: init_producer_id}
+HANDLERS = {22: init_producer_id}  # Produce: start_produce, through KafkaService.begin

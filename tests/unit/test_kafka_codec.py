@@ -34,6 +34,12 @@ def test_the_advertised_versions_are_kafka_api_md_s():
     assert APIS[0].served_from == 3 and not APIS[0].serves(2) and APIS[0].serves(3)
 
 
+def test_every_advertised_api_has_a_handler():
+    from server._kafka.service import HANDLERS
+
+    assert set(HANDLERS) | {0} == set(APIS)  # Produce goes through KafkaService.begin
+
+
 def test_the_unsupported_version_answer_is_api_versions_v0_byte_for_byte():
     # size, correlation id 7, error 35, 22 APIs of (key, min, max), no throttle (v0), no tagged fields.
     expected = struct.pack(">iihi", 4 + 2 + 4 + 6 * len(APIS), 7, 35, len(APIS)) + b"".join(

@@ -213,6 +213,31 @@ def test_a_corrupt_batch_and_an_unknown_partition_get_their_error_codes(kafka):
     s.close()
 
 
+def test_a_log_append_time_topic_answers_the_time_it_stamped_and_a_create_time_topic_minus_one(kafka):
+    _, bootstrap = kafka
+    admin = _admin(bootstrap)
+    admin.create_topics([NewTopic("stamped", 1, 1, topic_configs={"message.timestamp.type": "LogAppendTime"}),
+                         NewTopic("created", 1, 1)])
+    admin.close()
+    P = ProduceRequest[7]
+    batch = build_batch([Record(b"v")], now_ms=1_000)
+    req = P(transactional_id=None, acks=-1, timeout_ms=5000, topic_data=[
+        P.TopicProduceData(name=name, partition_data=[P.TopicProduceData.PartitionProduceData(index=0, records=batch)])
+        for name in ("stamped", "created")])
+    s = _connect(bootstrap)
+    before = int(time.time() * 1000)
+    resp = ProduceResponse.decode(_request(s, _encoded(req, 7, 12))[4:], version=7)
+    s.close()
+    times = {t.name: p.log_append_time_ms for t in resp.responses for p in t.partition_responses}
+    assert times["created"] == -1
+    assert before <= times["stamped"] <= int(time.time() * 1000)
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest", consumer_timeout_ms=5000)
+    consumer.assign([TopicPartition("stamped", 0), TopicPartition("created", 0)])
+    got = {m.topic: (m.timestamp, m.timestamp_type) for m in consumer}
+    consumer.close()
+    assert got == {"stamped": (times["stamped"], 1), "created": (1_000, 0)}
+
+
 def test_closed_connections_release_their_descriptors(kafka):
     _, bootstrap = kafka
     fds = lambda: len(os.listdir("/proc/self/fd"))  # noqa: E731
