@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._errors import ConfigError
-from .._kafka import KafkaListener, KafkaService, Limits, Nodes
+from .._kafka import KafkaListener, KafkaService, Limits, Nodes, ProduceStalls
 from .._storage.metastore import MetadataStore
 from .broker import Broker
 
@@ -51,7 +51,8 @@ class KafkaFront:
         try:
             self.listener = KafkaListener(
                 self._begin, host=config.host, port=config.kafka_port, max_frame_bytes=config.max_request_bytes,
-                threads=config.kafka_threads, max_inflight=config.kafka_max_inflight, metrics=broker.metrics)
+                threads=config.kafka_threads, max_inflight=config.kafka_max_inflight, metrics=broker.metrics,
+                stalls=None if broker.appends is None else ProduceStalls(lambda: self._stall_flush(broker)))
             self.nodes = Nodes(meta, layout, broker_id=config.broker_id, host=config.kafka_host,
                                port=self.listener.port, runtime=runtime)
             self.service = KafkaService(
@@ -68,6 +69,11 @@ class KafkaFront:
     def port(self) -> int:
         assert self.listener is not None
         return self.listener.port
+
+    @staticmethod
+    def _stall_flush(broker: Broker) -> None:
+        broker.metrics.inc("kafka_stall_flushes_total")
+        broker.appends.producer.request_flush()
 
     def _begin(self, request):  # type: ignore[no-untyped-def]
         assert self.service is not None

@@ -7,6 +7,8 @@ APIs, versions and deviations):
 - ``codec.py``: framing and the API/version table, over kafka-python's
   classes generated from Kafka's message schemas;
 - ``listener.py``: sockets, per-connection ordering, the handler pool;
+- ``gather.py``: Fetch answers as buffers, sent without copying the records;
+- ``stalls.py``: flush at once when every producing connection waits on its answers;
 - ``service.py``: dispatch to the handlers of ``cluster.py``, ``produce.py``,
   ``fetch.py`` and ``groups.py``;
 - ``nodes.py``: the live listeners in Oxia, leaders and coordinators;
@@ -21,5 +23,6 @@ from .codec import APIS
 from .listener import KafkaListener
 from .nodes import Node, Nodes
 from .service import KafkaParts, KafkaService, Limits
+from .stalls import ProduceStalls
 
-__all__ = ["APIS", "KafkaListener", "KafkaParts", "KafkaService", "Limits", "Node", "Nodes"]
+__all__ = ["APIS", "KafkaListener", "KafkaParts", "KafkaService", "Limits", "Node", "Nodes", "ProduceStalls"]

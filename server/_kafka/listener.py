@@ -9,7 +9,9 @@ a produce waiting for its flush or a fetch long-polling holds a worker, never
 the connection); the writer sends the answers in the order the requests came,
 as Kafka's protocol requires, while later requests of the same connection are
 already being handled (clients keep up to 5 in flight). A request the handler answers with ``None`` (a produce
-with ``acks=0``) takes its place in the order and sends nothing.
+with ``acks=0``) takes its place in the order and sends nothing. Each connection's produce requests
+waiting for their flush are counted (``stalls.py``): when every producing connection has 5, the
+flush starts at once.
 
 At most ``max_inflight`` requests of one connection are queued or running;
 the reader stops reading until one is answered (back-pressure through TCP,
@@ -36,6 +38,7 @@ from .._metrics import LlogMetrics
 from .codec import API_VERSIONS, SIZE, KafkaRequest, MalformedFrame, decode_request, \
     unsupported_api_versions
 from .gather import Answer, send_parts
+from .stalls import ProduceStalls
 
 __all__ = ["KafkaListener", "Begin"]
 
@@ -46,14 +49,17 @@ Begin = Callable[[KafkaRequest], Callable[[], "bytes | Answer | None"]]
 the request with its framed response (None: no response)."""
 
 _CLOSE = object()
+_PRODUCE = 0
 
 
 class KafkaListener:
     """Serves Kafka's protocol on ``host:port`` with ``handler`` (module docstring)."""
 
     def __init__(self, begin: Begin, *, host: str, port: int, max_frame_bytes: int, threads: int,
-                 max_inflight: int, metrics: LlogMetrics) -> None:
+                 max_inflight: int, metrics: LlogMetrics, stalls: ProduceStalls | None = None) -> None:
+        """``stalls``: told of each connection's produce requests begun and answered (``stalls.py``)."""
         self._begin = begin
+        self._stalls = stalls
         self._max_frame = max_frame_bytes
         self._max_inflight = max_inflight
         self._metrics = metrics
@@ -177,7 +183,13 @@ class _Connection:
         except Exception:
             log.exception("kafka connection %s: a handler failed: closing", self.peer)
             return None
-        return self.listener._pool.submit(answer)
+        stalls = self.listener._stalls
+        if stalls is None or request.api.key != _PRODUCE:
+            return self.listener._pool.submit(answer)
+        stalls.begun(self)
+        future = self.listener._pool.submit(answer)
+        future.add_done_callback(lambda _: stalls.answered(self))
+        return future
 
     def _write_loop(self) -> None:
         try:

@@ -65,6 +65,8 @@ _KAFKA = (
     _c("kafka_protocol_errors_total", "Kafka connections closed for a frame that is not a request, by reason",
        "reason"),
     _g("kafka_connections", "Kafka client connections open now"),
+    _c("kafka_stall_flushes_total", "Flushes started at once because every producing Kafka connection had 5 "
+       "produce requests waiting (no more bytes could come)"),
 )
 
 _PRODUCE = (
