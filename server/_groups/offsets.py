@@ -27,7 +27,7 @@ from .._protocol.http_json import InvalidField
 from .._protocol.keys import LogLayout, TopicPartition, validate_group
 from .._protocol.records import ControlRecord, dumps, loads
 from .._runtime import REAL_RUNTIME, Runtime
-from .._storage.metastore import MetadataStore
+from .._storage.metastore import EXPECT_ABSENT, MetadataStore, Record
 
 __all__ = ["CommittedOffset", "GroupOffsets", "GroupLag", "describe", "MAX_METADATA_LENGTH"]
 
@@ -138,15 +138,30 @@ class GroupOffsets:
         base = self.layout.group_base(group)
         return bool(self._meta.list_keys(base, base + "~/", self.layout.group_partition_key(group)))
 
-    def set_generation(self, group: str, generation: int, members: Iterable[str]) -> None:
-        """What a group coordinator writes on each rebalance: later conditional commits check it."""
-        self._meta.put(self.layout.group_generation_key(group),
-                       dumps({"generation": generation, "members": sorted(members)}),
-                       self.layout.group_partition_key(group))
+    def set_generation(self, group: str, generation: int, members: Iterable[str], *,
+                       same_generation: bool = False) -> None:
+        """What a group coordinator writes on each rebalance: later conditional commits check it.
+
+        Generations only move forward: StaleGeneration when Oxia holds a later one, or this one
+        already (``same_generation``: a static member's new member id in its generation), so a
+        coordinator that lost the group to another cannot move it back (a conditional put: a
+        concurrent writer is VersionConflict)."""
+        key, pk = self.layout.group_generation_key(group), self.layout.group_partition_key(group)
+        rec = self._meta.get(key, pk)
+        stored = self._generation_of(rec)
+        if rec is not None and (stored > generation or (stored == generation and not same_generation)):
+            raise StaleGeneration(f"group {group!r} is at generation {stored}; {generation} is stale: another "
+                                  "coordinator formed it")
+        self._meta.put(key, dumps({"generation": generation, "members": sorted(members)}), pk,
+                       expected_version=EXPECT_ABSENT if rec is None else rec.version)
 
     def generation(self, group: str) -> int:
         """The group's last generation a coordinator wrote (0: none), so a new coordinator continues it."""
-        rec = self._meta.get(self.layout.group_generation_key(group), self.layout.group_partition_key(group))
+        return self._generation_of(
+            self._meta.get(self.layout.group_generation_key(group), self.layout.group_partition_key(group)))
+
+    @staticmethod
+    def _generation_of(rec: Record | None) -> int:
         if rec is None:
             return 0
         doc = loads(rec.value, "group generation")

@@ -19,7 +19,18 @@ assignment handed out). A join, a leave or a member whose session expired
 that does not rejoin within the rebalance timeout is dropped from it.
 
 JoinGroup from v4 on first answers MEMBER_ID_REQUIRED with a member id the
-client joins again with (KIP-394). JoinGroup and SyncGroup wait for the
+client joins again with (KIP-394).
+
+Static membership (KIP-345): a member that joins with a ``group.instance.id``
+gets its member id at once, and the group remembers which member id holds the
+instance id. The same instance joining again without a member id (a restart
+within the session timeout) takes over the old member's place under a new
+member id: in a stable group, with the same protocols and not the leader, with
+no rebalance (it gets the generation and, at SyncGroup, its assignment); else
+through a rebalance. The old member id is then fenced: its requests naming the
+instance id answer FENCED_INSTANCE_ID. A static member leaves by its instance
+id or when its session expires; closing a static consumer sends no LeaveGroup,
+so a restart does not move its partitions. JoinGroup and SyncGroup wait for the
 rebalance (on the handler thread, woken by the condition variable); a
 reaper thread expires sessions and ends rebalances that time out.
 """
@@ -31,6 +42,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Callable
 
+from .._errors import StaleGeneration, VersionConflict
 from .._groups.offsets import GroupOffsets
 from .._metrics import LlogMetrics
 from .._runtime import REAL_RUNTIME, Runtime
@@ -87,6 +99,8 @@ class _Group:
     initial: bool = False
     started: float = 0.0
     results: dict[str, JoinResult] = field(default_factory=dict)
+    static: dict[str, str] = field(default_factory=dict)
+    """Static members: group.instance.id -> the member id that holds it."""
 
 
 class GroupCoordinator:
@@ -115,7 +129,18 @@ class GroupCoordinator:
 
     # -- ownership -------------------------------------------------------------------------------
     def owns(self, group: str) -> bool:
-        return self._nodes.coordinator(group).node_id == self._nodes.me.node_id
+        """Whether this listener coordinates ``group`` now. One that no longer does forgets the
+        group: the members follow FindCoordinator elsewhere, and if the group comes back (node
+        lists converging can flip the answer) it starts again from Oxia, never from stale members."""
+        mine = self._nodes.coordinator(group).node_id == self._nodes.me.node_id
+        if not mine and group in self._groups:
+            with self._cond:
+                g = self._groups.pop(group, None)
+                if g is not None:
+                    g.state = DEAD
+                    log.info("group %s: coordinated by another listener now: its members here are dropped", group)
+                    self._cond.notify_all()
+        return mine
 
     def _group(self, name: str) -> _Group:
         g = self._groups.get(name)
@@ -137,9 +162,16 @@ class GroupCoordinator:
             now = self._clock()
             if g.members and (protocol_type != g.protocol_type or not self._common(g, protocols)):
                 return JoinResult(Code.INCONSISTENT_GROUP_PROTOCOL, member_id)
+            iid = group_instance_id
+            if iid is not None and member_id and g.static.get(iid, member_id) != member_id:
+                return JoinResult(Code.FENCED_INSTANCE_ID, member_id)
             if not member_id:
-                member_id = f"{client_id or 'member'}-{self._runtime.ids.uuid4()}"
-                if require_member_id:
+                member_id = f"{iid or client_id or 'member'}-{self._runtime.ids.uuid4()}"
+                if iid is not None and iid in g.static:
+                    rejoined = self._replace_static(g, iid, member_id, protocols, now)
+                    if rejoined is not None:
+                        return rejoined
+                elif require_member_id and iid is None:
                     g.pending[member_id] = now + session_timeout_ms / 1000
                     return JoinResult(Code.MEMBER_ID_REQUIRED, member_id)
             elif member_id not in g.members and member_id not in g.pending:
@@ -151,6 +183,8 @@ class GroupCoordinator:
             m.session_timeout_ms, m.rebalance_timeout_ms = session_timeout_ms, rebalance_timeout_ms
             m.protocols, m.last_seen, m.awaiting_join = protocols, now, True
             g.members[member_id] = m
+            if iid is not None:
+                g.static[iid], m.group_instance_id = member_id, iid
             g.protocol_type = protocol_type
             if g.state != PREPARING:
                 self._prepare(g, now)
@@ -161,11 +195,43 @@ class GroupCoordinator:
                 result = g.results.pop(member_id, None)
                 if result is not None:
                     return result
+                if g.state == DEAD:
+                    return JoinResult(Code.NOT_COORDINATOR, member_id)
                 if g.members.get(member_id) is not m or self._stop.is_set():
-                    return JoinResult(Code.UNKNOWN_MEMBER_ID, member_id)
+                    replaced = m.member_id != member_id  # its instance id rejoined under a new member id
+                    return JoinResult(Code.FENCED_INSTANCE_ID if replaced else Code.UNKNOWN_MEMBER_ID, member_id)
                 self._complete_if_ready(g, self._clock())
                 if member_id not in g.results:
                     self._cond.wait(_TICK_S)
+
+    def _replace_static(self, g: _Group, iid: str, member_id: str, protocols: list[tuple[str, bytes]],
+                        now: float) -> JoinResult | None:
+        """A static member joining again: its old member moves to ``member_id``. The answer
+        when no rebalance is needed; None when the join goes on (a rebalance)."""
+        old_id = g.static[iid]
+        g.static[iid] = member_id
+        m = g.members.pop(old_id, None)
+        if m is None:
+            return None
+        g.results.pop(old_id, None)
+        m.member_id, m.last_seen = member_id, now
+        g.members[member_id] = m
+        was_leader = g.leader == old_id
+        if was_leader:
+            g.leader = member_id
+        log.info("group %s: static member %s rejoined as %s (was %s)", g.name, iid, member_id, old_id)
+        if g.state != STABLE or was_leader or dict(m.protocols) != dict(protocols):
+            return None
+        if not self._store_generation(g, same_generation=True):  # the new member id commits in it
+            return None
+        self._cond.notify_all()
+        return JoinResult(Code.NONE, member_id, g.generation, g.protocol_type, g.protocol, g.leader)
+
+    def _remove(self, g: _Group, member_id: str) -> Member | None:
+        m = g.members.pop(member_id, None)
+        if m is not None and m.group_instance_id is not None and g.static.get(m.group_instance_id) == member_id:
+            del g.static[m.group_instance_id]
+        return m
 
     @staticmethod
     def _common(g: _Group, protocols: list[tuple[str, bytes]]) -> bool:
@@ -188,7 +254,7 @@ class GroupCoordinator:
         if now < g.deadline and (g.initial or not all_in):
             return
         for mid in [mid for mid, m in g.members.items() if not m.awaiting_join]:
-            del g.members[mid]  # did not rejoin in time
+            self._remove(g, mid)  # did not rejoin in time
         g.generation += 1
         if not g.members:
             g.state, g.leader, g.protocol = EMPTY, None, None
@@ -199,8 +265,12 @@ class GroupCoordinator:
             g.leader = members[0].member_id
         leader = g.members[g.leader]
         g.protocol = next(n for n, _ in leader.protocols if all(n in dict(m.protocols) for m in members))
+        if not self._store_generation(g):
+            # Another coordinator formed a later generation meanwhile: the members (still
+            # joining) get the one after it, at the next tick.
+            g.generation = max(g.generation, self._stored_generation(g.name))
+            return
         g.state = COMPLETING
-        self._store_generation(g)
         for m in members:
             m.awaiting_join = False
             g.results[m.member_id] = JoinResult(
@@ -209,19 +279,34 @@ class GroupCoordinator:
         log.info("group %s: generation %d with %d members, leader %s", g.name, g.generation, len(members), g.leader)
         self._cond.notify_all()
 
-    def _store_generation(self, g: _Group) -> None:
+    def _store_generation(self, g: _Group, same_generation: bool = False) -> bool:
+        """False when Oxia refused the generation (another coordinator stored a later one, or
+        wrote at the same moment)."""
         if self._offsets is None:
-            return
+            return True
         try:
-            self._offsets.set_generation(g.name, g.generation, list(g.members))
+            self._offsets.set_generation(g.name, g.generation, list(g.members), same_generation=same_generation)
+        except (StaleGeneration, VersionConflict) as exc:
+            log.info("group %s: generation %d not stored: %s", g.name, g.generation, exc)
+            return False
         except Exception:  # commits then fail StaleGeneration and the members rejoin: never silent loss
             log.warning("group %s: could not store generation %d", g.name, g.generation, exc_info=True)
+        return True
+
+    def _stored_generation(self, group: str) -> int:
+        try:
+            return self._offsets.generation(group) if self._offsets is not None else 0
+        except Exception:  # Oxia unreachable: the next completion tries again
+            return 0
 
     # -- SyncGroup, Heartbeat, LeaveGroup --------------------------------------------------------
-    def _member(self, group: str, member_id: str, generation: int) -> tuple[int, _Group | None, Member | None]:
+    def _member(self, group: str, member_id: str, generation: int,
+                instance_id: str | None = None) -> tuple[int, _Group | None, Member | None]:
         if not self.owns(group):
             return Code.NOT_COORDINATOR, None, None
         g = self._groups.get(group)
+        if g is not None and instance_id is not None and g.static.get(instance_id, member_id) != member_id:
+            return Code.FENCED_INSTANCE_ID, g, None
         m = None if g is None else g.members.get(member_id)
         if g is None or m is None:
             return Code.UNKNOWN_MEMBER_ID, g, None
@@ -230,11 +315,11 @@ class GroupCoordinator:
             return Code.ILLEGAL_GENERATION, g, m
         return Code.NONE, g, m
 
-    def sync(self, group: str, member_id: str, generation: int,
-             assignments: dict[str, bytes]) -> tuple[int, str | None, str | None, bytes]:
+    def sync(self, group: str, member_id: str, generation: int, assignments: dict[str, bytes],
+             instance_id: str | None = None) -> tuple[int, str | None, str | None, bytes]:
         """``(error, protocol type, protocol, this member's assignment)``."""
         with self._cond:
-            code, g, m = self._member(group, member_id, generation)
+            code, g, m = self._member(group, member_id, generation, instance_id)
             if code != Code.NONE or g is None or m is None:
                 return code, None, None, b""
             if g.state == PREPARING:
@@ -253,22 +338,30 @@ class GroupCoordinator:
                 return Code.REBALANCE_IN_PROGRESS, None, None, b""
             return Code.NONE, g.protocol_type, g.protocol, m.assignment
 
-    def heartbeat(self, group: str, member_id: str, generation: int) -> int:
+    def heartbeat(self, group: str, member_id: str, generation: int, instance_id: str | None = None) -> int:
         with self._cond:
-            code, g, _ = self._member(group, member_id, generation)
+            code, g, _ = self._member(group, member_id, generation, instance_id)
             if code == Code.NONE and g is not None and g.state == PREPARING:
                 return Code.REBALANCE_IN_PROGRESS
             return code
 
-    def leave(self, group: str, member_ids: list[str]) -> list[int]:
-        """One error code per member id (UNKNOWN_MEMBER_ID for one not in the group)."""
+    def leave(self, group: str, members: list[tuple[str, str | None]]) -> list[int]:
+        """One error code per ``(member id, instance id)``: a static member leaves by its
+        instance id (the member id may be empty; another one is FENCED_INSTANCE_ID);
+        UNKNOWN_MEMBER_ID for one not in the group."""
         if not self.owns(group):
-            return [Code.NOT_COORDINATOR] * len(member_ids)
+            return [Code.NOT_COORDINATOR] * len(members)
         with self._cond:
             g = self._groups.get(group)
             codes = []
-            for mid in member_ids:
-                if g is None or g.members.pop(mid, None) is None:
+            for mid, iid in members:
+                if g is not None and iid is not None:
+                    holder = g.static.get(iid)
+                    if holder is not None and mid and mid != holder:
+                        codes.append(Code.FENCED_INSTANCE_ID)
+                        continue
+                    mid = holder or mid
+                if g is None or self._remove(g, mid) is None:
                     codes.append(Code.UNKNOWN_MEMBER_ID)
                     continue
                 codes.append(Code.NONE)
@@ -286,7 +379,7 @@ class GroupCoordinator:
         self._cond.notify_all()
 
     # -- commits and views -----------------------------------------------------------------------
-    def check_commit(self, group: str, member_id: str, generation: int) -> int:
+    def check_commit(self, group: str, member_id: str, generation: int, instance_id: str | None = None) -> int:
         """Whether a member may commit now: a commit without member and generation is accepted
         only while the group has no members (a consumer of ``assign``, an admin tool)."""
         if not self.owns(group):
@@ -295,7 +388,7 @@ class GroupCoordinator:
             if generation < 0 and not member_id:
                 g = self._groups.get(group)
                 return Code.NONE if g is None or not g.members else Code.UNKNOWN_MEMBER_ID
-            code, g, _ = self._member(group, member_id, generation)
+            code, g, _ = self._member(group, member_id, generation, instance_id)
             if code == Code.NONE and g is not None and g.state == PREPARING:
                 return Code.REBALANCE_IN_PROGRESS
             return code
@@ -319,7 +412,8 @@ class GroupCoordinator:
             with self._cond:
                 now = self._clock()
                 for g in list(self._groups.values()):
-                    self._reap(g, now)
+                    if self.owns(g.name):
+                        self._reap(g, now)
 
     def _reap(self, g: _Group, now: float) -> None:
         for mid in [mid for mid, until in g.pending.items() if until < now]:
@@ -328,7 +422,7 @@ class GroupCoordinator:
                    if not (g.state == PREPARING and m.awaiting_join)
                    and now - m.last_seen > m.session_timeout_ms / 1000]
         for mid in expired:
-            del g.members[mid]
+            self._remove(g, mid)
             log.info("group %s: member %s's session expired", g.name, mid)
         if expired:
             self._rebalance_after_loss(g)

@@ -61,24 +61,26 @@ def join_group(svc: KafkaService, req: KafkaRequest) -> Any:
 def sync_group(svc: KafkaService, req: KafkaRequest) -> Any:
     b, v = req.body, req.version
     code, ptype, proto, assignment = svc.coordinator.sync(
-        b.group_id, b.member_id, b.generation_id, {a.member_id: bytes(a.assignment) for a in b.assignments})
+        b.group_id, b.member_id, b.generation_id, {a.member_id: bytes(a.assignment) for a in b.assignments},
+        b.group_instance_id if v >= 3 else None)
     return SyncGroupResponse[v](throttle_time_ms=0, error_code=code, protocol_type=ptype, protocol_name=proto,
                                 assignment=assignment)
 
 
 def heartbeat(svc: KafkaService, req: KafkaRequest) -> Any:
     b = req.body
-    return HeartbeatResponse[req.version](throttle_time_ms=0,
-                                          error_code=svc.coordinator.heartbeat(b.group_id, b.member_id, b.generation_id))
+    code = svc.coordinator.heartbeat(b.group_id, b.member_id, b.generation_id,
+                                     b.group_instance_id if req.version >= 3 else None)
+    return HeartbeatResponse[req.version](throttle_time_ms=0, error_code=code)
 
 
 def leave_group(svc: KafkaService, req: KafkaRequest) -> Any:
     b, v = req.body, req.version
     R = LeaveGroupResponse[v]
     if v < 3:
-        (code,) = svc.coordinator.leave(b.group_id, [b.member_id])
+        (code,) = svc.coordinator.leave(b.group_id, [(b.member_id, None)])
         return R(throttle_time_ms=0, error_code=code)
-    codes = svc.coordinator.leave(b.group_id, [m.member_id for m in b.members])
+    codes = svc.coordinator.leave(b.group_id, [(m.member_id, m.group_instance_id) for m in b.members])
     top = Code.NOT_COORDINATOR if codes and all(c == Code.NOT_COORDINATOR for c in codes) else Code.NONE
     return R(throttle_time_ms=0, error_code=top, members=[
         R.MemberResponse(member_id=m.member_id, group_instance_id=m.group_instance_id, error_code=c)
@@ -92,7 +94,7 @@ def offset_commit(svc: KafkaService, req: KafkaRequest) -> Any:
     member = b.member_id if v >= 1 else ""
     wanted = [(t.name, p.partition_index, p.committed_offset, p.committed_metadata or "")
               for t in b.topics for p in t.partitions]
-    codes = _commit(svc, b.group_id, member, generation, wanted)
+    codes = _commit(svc, b.group_id, (member, b.group_instance_id if v >= 7 else None), generation, wanted)
     by_topic: dict[str, list[Any]] = {}
     for (topic, partition, _, _), code in zip(wanted, codes):
         by_topic.setdefault(topic, []).append(
@@ -101,11 +103,13 @@ def offset_commit(svc: KafkaService, req: KafkaRequest) -> Any:
                                            for n, ps in by_topic.items()])
 
 
-def _commit(svc: KafkaService, group: str, member: str, generation: int,
+def _commit(svc: KafkaService, group: str, who: tuple[str, str | None], generation: int,
             wanted: list[tuple[str, int, int, str]]) -> list[int]:
+    """``who``: the committing member's id and group instance id (None: dynamic)."""
     if _bad_group(group):
         return [Code.INVALID_GROUP_ID] * len(wanted)
-    code = svc.coordinator.check_commit(group, member, generation)
+    member = who[0]
+    code = svc.coordinator.check_commit(group, member, generation, who[1])
     offsets = svc.parts.group_offsets
     if code == Code.NONE and offsets is None:
         code = Code.COORDINATOR_NOT_AVAILABLE

@@ -256,6 +256,54 @@ def test_a_group_of_three_rebalances_when_one_leaves_and_resumes_from_its_commit
     assert committed() == 401
 
 
+def test_a_static_member_restarts_into_its_partitions_without_a_rebalance(brokers, unique_topic):
+    """librdkafka with ``group.instance.id`` (KIP-345): closing a static member sends no
+    LeaveGroup, and a new consumer with its instance id gets its partitions back while the
+    other member keeps its own, never revoked. (A restarting leader rebalances, as before
+    KIP-814, so the leader is made ``a`` by joining first and ``b`` restarts.)"""
+    bootstrap = _bootstrap(brokers)
+    # Both listeners must know each other before the group forms, or its coordinator moves
+    # (and a's leadership with it) when their node lists converge.
+    assert _wait_for(lambda: all(len(AdminClient({"bootstrap.servers": b.kafka}).list_topics(timeout=10).brokers)
+                                 == len(brokers) for b in brokers))
+    _create(bootstrap, unique_topic)
+    group = f"{unique_topic}-static"
+    events: list[tuple[str, str, int]] = []
+
+    def member(instance: str) -> Consumer:
+        c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "group.instance.id": instance,
+                      "auto.offset.reset": "earliest", "enable.auto.commit": False, "session.timeout.ms": 30000,
+                      "heartbeat.interval.ms": 500, "partition.assignment.strategy": "range"})
+        c.subscribe([unique_topic], on_assign=lambda _, ps: events.append((instance, "assign", len(ps))),
+                    on_revoke=lambda _, ps: events.append((instance, "revoke", len(ps))))
+        return c
+
+    def owned(members: list[Consumer]) -> list[int]:
+        for c in members:
+            c.poll(0.1)
+        return [len(c.assignment()) for c in members]
+
+    def logs() -> str:
+        return "\n".join(b.log_tail(30) for b in brokers) + f"\nevents: {events}"
+
+    a = member("a")
+    assert _wait_for(lambda: owned([a]) == [PARTITIONS]), logs()
+    b = member("b")
+    assert _wait_for(lambda: owned([a, b]) == [2, 2]), f"{owned([a, b])}\n{logs()}"
+    a_owned, b_owned = set(a.assignment()), set(b.assignment())
+    b.close()
+    seen = len(events)
+    b = member("b")  # the restart: the same instance id, no member id
+    assert _wait_for(lambda: owned([a, b]) == [2, 2]), f"{owned([a, b])}\n{logs()}"
+    assert set(a.assignment()) == a_owned and set(b.assignment()) == b_owned
+    assert [e for e in events[seen:] if e[0] == "a"] == [], logs()  # a saw no rebalance
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept: its futures end with it
+    described = admin.describe_consumer_groups([group])[group].result(30)
+    assert sorted(m.group_instance_id for m in described.members) == ["a", "b"]
+    a.close()
+    b.close()
+
+
 def test_the_admin_client_alters_configs_adds_partitions_and_deletes_topics(brokers, unique_topic):
     from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions
 

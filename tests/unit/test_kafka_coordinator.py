@@ -10,11 +10,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from server._errors import StaleGeneration
 from server._groups.offsets import GroupOffsets
 from server._kafka.coordinator import COMPLETING, EMPTY, PREPARING, STABLE, GroupCoordinator
 from server._kafka.errors import Code
 from server._kafka.nodes import Node, Nodes
-from server._protocol.keys import LogLayout
+from server._protocol.keys import LogLayout, TopicPartition
+from server._protocol.records import ControlRecord, LogState
 from server._storage.metastore import InMemoryMetadataStore
 
 PROTOCOLS = [("range", b"sub")]
@@ -136,10 +138,10 @@ def test_a_member_whose_session_expires_is_removed_and_the_group_rebalances(worl
 def test_leaving_rebalances_the_rest_and_the_last_leave_empties_the_group(world):
     c, clock, pool, _, _ = world
     a, b = (r.member_id for r in _form(c, clock, pool, 2))
-    assert c.leave("g", [b, "nobody"]) == [Code.NONE, Code.UNKNOWN_MEMBER_ID]
+    assert c.leave("g", [(b, None), ("nobody", None)]) == [Code.NONE, Code.UNKNOWN_MEMBER_ID]
     assert c.describe("g")[0] == PREPARING
     assert _join(c, a).generation == 2
-    assert c.leave("g", [a]) == [Code.NONE]
+    assert c.leave("g", [(a, None)]) == [Code.NONE]
     assert c.describe("g")[0] == EMPTY
 
 
@@ -195,3 +197,83 @@ def test_a_group_another_node_coordinates_is_not_coordinator_here(world):
                   require_member_id=True).error == Code.NOT_COORDINATOR
     assert c.heartbeat(theirs, "m", 1) == Code.NOT_COORDINATOR
     assert c.check_commit(theirs, "", -1) == Code.NOT_COORDINATOR
+
+
+def _static_join(c: GroupCoordinator, iid: str, member: str = "", session_ms: int = 10_000, protocols=PROTOCOLS):
+    return c.join("g", member, client_id="c", client_host="", session_timeout_ms=session_ms,
+                  rebalance_timeout_ms=10_000, protocol_type="consumer", protocols=protocols,
+                  require_member_id=True, group_instance_id=iid)
+
+
+def _form_static(world, iids: list[str], **kw) -> dict[str, object]:
+    """Static members joining an empty group together (no MEMBER_ID_REQUIRED round), then synced."""
+    c, clock, pool = world[0], world[1], world[2]
+    futures = {iid: pool.submit(_static_join, c, iid, **kw) for iid in iids}
+    assert _wait_for(lambda: len(c.describe("g")[3]) == len(iids))
+    clock.advance(1)
+    joined = {iid: f.result(10) for iid, f in futures.items()}
+    leader = next(j for j in joined.values() if j.members)
+    plan = {j.member_id: f"for-{iid}".encode() for iid, j in joined.items()}
+    syncs = {iid: pool.submit(c.sync, "g", j.member_id, j.generation, plan if j is leader else {}, iid)
+             for iid, j in joined.items()}
+    assert all(s.result(10)[0] == Code.NONE for s in syncs.values())
+    return joined
+
+
+def test_a_static_member_restarting_takes_its_place_back_without_a_rebalance(world):
+    c, _, _, offsets, _ = world
+    joined = _form_static(world, ["a", "b"])
+    assert all(j.error == Code.NONE and j.generation == 1 for j in joined.values())
+    follower = next(iid for iid, j in joined.items() if j.member_id != j.leader)
+    old = joined[follower].member_id
+    again = _static_join(c, follower)  # a restart: no member id, the same instance id
+    assert (again.error, again.generation, again.leader) == (Code.NONE, 1, joined[follower].leader)
+    assert again.member_id != old and not again.members
+    assert c.describe("g")[0] == STABLE
+    assert c.sync("g", again.member_id, 1, {}, follower) == (0, "consumer", "range", f"for-{follower}".encode())
+    # The old member id is fenced by its instance id, and gone without it.
+    assert c.heartbeat("g", old, 1, follower) == Code.FENCED_INSTANCE_ID
+    assert c.heartbeat("g", old, 1) == Code.UNKNOWN_MEMBER_ID
+    assert _static_join(c, follower, old).error == Code.FENCED_INSTANCE_ID
+    assert c.heartbeat("g", again.member_id, 1, follower) == Code.NONE
+    # The new member id commits in the same generation, in Oxia too.
+    assert c.check_commit("g", again.member_id, 1, follower) == Code.NONE
+    tp = TopicPartition("t", 0)
+    keys = offsets.layout.keys(tp)
+    offsets._meta.put(keys.control, ControlRecord(LogState.OPEN, 5).encode(), keys.partition_key)
+    offsets.commit("g", [(tp, 3, "")], generation=1, member=again.member_id)
+    with pytest.raises(StaleGeneration):
+        offsets.commit("g", [(tp, 4, "")], generation=1, member=old)
+
+
+def test_a_static_leader_restarting_or_changing_protocols_rebalances(world):
+    c = world[0]
+    joined = _form_static(world, ["a", "b"])
+    leader_iid = next(iid for iid, j in joined.items() if j.member_id == j.leader)
+    pending = world[2].submit(_static_join, c, leader_iid)
+    assert _wait_for(lambda: c.describe("g")[0] == PREPARING)
+    world[1].advance(11)  # the other member does not rejoin within the rebalance timeout
+    result = pending.result(10)
+    assert (result.error, result.generation) == (Code.NONE, 2) and result.member_id == result.leader
+
+
+def test_a_static_member_leaves_by_instance_id_and_a_stale_member_id_is_fenced(world):
+    c = world[0]
+    joined = _form_static(world, ["a", "b"])
+    assert c.leave("g", [("someone-else", "a")]) == [Code.FENCED_INSTANCE_ID]
+    assert c.leave("g", [("", "a")]) == [Code.NONE]
+    assert c.leave("g", [("", "a")]) == [Code.UNKNOWN_MEMBER_ID]
+    assert [m.member_id for m in c.describe("g")[3]] == [joined["b"].member_id]
+    assert c.describe("g")[0] == PREPARING  # a static member leaving is a rebalance, as in Kafka
+
+
+def test_a_static_member_whose_session_expired_joins_as_new(world):
+    c, clock = world[0], world[1]
+    joined = _form_static(world, ["a"], session_ms=2_000)
+    clock.advance(3)
+    assert _wait_for(lambda: not c.describe("g")[3])  # expired: the group is empty
+    fresh = world[2].submit(_static_join, c, "a")
+    assert _wait_for(lambda: len(c.describe("g")[3]) == 1)
+    clock.advance(1)
+    result = fresh.result(10)
+    assert result.error == Code.NONE and result.generation == 2 and result.member_id != joined["a"].member_id

@@ -1,8 +1,10 @@
 """Random schedules of the classic group protocol against the coordinator: members join,
-sync, heartbeat, commit, leave, go silent (their session expires) and come back, while
+sync, heartbeat, commit, leave, go silent (their session expires) and come back, static
+members restart (and their old member id, a zombie, tries to commit), while
 the coordinator is lost and a new one takes over from Oxia. Each schedule is checked:
 
-- generations only grow, across coordinators too (the new one continues Oxia's);
+- generations only grow, across coordinators too (the new one continues Oxia's); one is
+  stored again only when a static member rejoined under a new member id in its place;
 - the members of one generation that synced hold disjoint partitions (the leader's
   assignment reached each member as it was given);
 - every commit the coordinator and Oxia accepted came from a member of the generation
@@ -24,7 +26,7 @@ from server._errors import LlogError
 from server._groups.offsets import GroupOffsets
 from server._kafka.coordinator import STABLE, GroupCoordinator
 from server._kafka.errors import Code
-from server._kafka.nodes import Nodes
+from server._kafka.nodes import Node, Nodes
 from server._protocol.keys import LogLayout, TopicPartition
 from server._storage.metastore import InMemoryMetadataStore
 from tests.unit.test_kafka_coordinator import Clock
@@ -45,16 +47,19 @@ class World:
         self.clock = Clock()
         self.lock = threading.Lock()
         self.coordinator = self._new_coordinator()
+        self.ownership: _Ownership | None = None
+        self.pair: list[GroupCoordinator] = []
         self.stop = threading.Event()
         self.generations_seen: list[int] = []
         self.synced: dict[int, dict[str, frozenset[int]]] = {}
         self.commits: list[tuple[str, int, int, int]] = []
         """(member, generation, partition, stored generation at the commit)"""
         self.violations: list[str] = []
+        self.flips = False
         self._init_log()
 
-    def _new_coordinator(self) -> GroupCoordinator:
-        return GroupCoordinator(self.offsets, self.nodes, initial_delay_ms=200, clock=self.clock)
+    def _new_coordinator(self, nodes: object | None = None) -> GroupCoordinator:
+        return GroupCoordinator(self.offsets, nodes or self.nodes, initial_delay_ms=200, clock=self.clock)
 
     def _init_log(self) -> None:
         from server._log.initialize import initialize_log  # a log to commit offsets in
@@ -63,12 +68,48 @@ class World:
 
     def failover(self) -> None:
         with self.lock:
+            if self.ownership is not None:
+                return  # the pair stays: flips model its changes
             old, self.coordinator = self.coordinator, self._new_coordinator()
         old.close()
 
     def current(self) -> GroupCoordinator:
         with self.lock:
             return self.coordinator
+
+    def flip(self) -> None:
+        """Ownership moves to another live coordinator and, at the next flip, back: the
+        rendezvous answer changing while the listeners' node lists converge. The one that
+        lost the group stays up, with whatever it knew of it."""
+        with self.lock:
+            if self.ownership is None:
+                self.ownership = _Ownership()
+                self.standby = self._new_coordinator(_NodesView(self.ownership, 1))
+                self.coordinator.close()  # the single-node coordinator gives way to the pair
+                self.coordinator = self._new_coordinator(_NodesView(self.ownership, 0))
+                self.pair = [self.coordinator, self.standby]
+            self.ownership.owner = 1 - self.ownership.owner
+            self.coordinator = self.pair[self.ownership.owner]
+
+    def close(self) -> None:
+        with self.lock:
+            for c in ([self.coordinator] if self.ownership is None else self.pair):
+                c.close()
+
+
+class _Ownership:
+    owner = 0
+
+
+class _NodesView:
+    """What a coordinator asks of ``Nodes``: itself, and the group's coordinator (the current owner)."""
+
+    def __init__(self, ownership: _Ownership, index: int) -> None:
+        self._ownership = ownership
+        self.me = Node(index, "h", 1)
+
+    def coordinator(self, group: str) -> Node:
+        return Node(self._ownership.owner, "h", 1)
 
 
 class _RecordingOffsets(GroupOffsets):
@@ -77,12 +118,14 @@ class _RecordingOffsets(GroupOffsets):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.stored: list[int] = []
+        self.memberships: list[frozenset[str]] = []
         self._record = threading.Lock()
 
-    def set_generation(self, group, generation, members) -> None:
+    def set_generation(self, group, generation, members, **kw) -> None:
         with self._record:
-            super().set_generation(group, generation, members)
+            super().set_generation(group, generation, members, **kw)
             self.stored.append(generation)
+            self.memberships.append(frozenset(members))
 
 
 def _assign(members: list[str]) -> dict[str, bytes]:
@@ -91,78 +134,123 @@ def _assign(members: list[str]) -> dict[str, bytes]:
 
 
 def _member(world: World, index: int, seed: int) -> None:
+    """Even members are static (``group.instance.id``): they also restart, rejoining with no
+    member id, after which their old member id (a zombie) must not commit."""
     rng = random.Random(seed)
+    iid = f"i{index}" if index % 2 == 0 else None
     member, generation, owned = "", -1, frozenset()
+    zombie: tuple[str, int] | None = None
     while not world.stop.is_set():
         c = world.current()
         if generation < 0:
             joined = c.join(GROUP, member, client_id=f"m{index}", client_host="", session_timeout_ms=3000,
                             rebalance_timeout_ms=3000, protocol_type="consumer", protocols=[("range", b"")],
-                            require_member_id=True)
+                            require_member_id=True, group_instance_id=iid)
             if joined.error == Code.MEMBER_ID_REQUIRED:
                 member = joined.member_id
                 continue
             if joined.error != Code.NONE:
-                member = "" if joined.error == Code.UNKNOWN_MEMBER_ID else member
+                _fenced(world, joined.error, member, iid)
+                member = "" if joined.error in (Code.UNKNOWN_MEMBER_ID, Code.FENCED_INSTANCE_ID) else member
                 continue
-            generation = joined.generation
+            member, generation = joined.member_id, joined.generation
             world.generations_seen.append(generation)
+            if zombie is not None:
+                _zombie_commits(world, c, iid, *zombie)
+                zombie = None
             plan = _assign([m.member_id for m in joined.members]) if joined.members else {}
-            code, _, _, assignment = c.sync(GROUP, member, generation, plan)
+            code, _, _, assignment = c.sync(GROUP, member, generation, plan, iid)
+            _fenced(world, code, member, iid)
             if code != Code.NONE:
                 generation = -1
                 continue
             owned = frozenset(assignment)
             with world.lock:
-                world.synced.setdefault(generation, {})[member] = owned
+                world.synced.setdefault(generation, {})[iid or member] = owned
             continue
         action = rng.random()
         if action < 0.02:  # leave
-            c.leave(GROUP, [member])
+            c.leave(GROUP, [(member, iid)])
             member, generation = "", -1
         elif action < 0.04:  # go silent past the session timeout, then rejoin with the same id
             world.clock.advance(4)
             generation = -1
+        elif action < 0.06 and iid is not None:  # restart: the same instance id, no member id
+            zombie = (member, generation)
+            member, generation = "", -1
         elif action < 0.5 and owned:
             partition = rng.choice(sorted(owned))
-            if c.check_commit(GROUP, member, generation) == Code.NONE:
+            if c.check_commit(GROUP, member, generation, iid) == Code.NONE:
                 try:
                     world.offsets.commit(GROUP, [(TopicPartition(TOPIC, partition), 1, "")], generation=generation,
                                          member=member)
                 except LlogError:
                     continue
                 with world.lock:
-                    world.commits.append((member, generation, partition, world.offsets.generation(GROUP)))
+                    world.commits.append((iid or member, generation, partition, world.offsets.generation(GROUP)))
         else:
-            code = c.heartbeat(GROUP, member, generation)
+            code = c.heartbeat(GROUP, member, generation, iid)
+            _fenced(world, code, member, iid)
             if code != Code.NONE:
                 generation = -1
         world.stop.wait(0.002)
+
+
+def _fenced(world: World, code: int, member: str, iid: str | None) -> None:
+    """A static member is only fenced under an id it no longer holds: FENCED_INSTANCE_ID is
+    fatal to librdkafka and the Java client, so answering it to the current holder kills it."""
+    if code == Code.FENCED_INSTANCE_ID and member:
+        with world.lock:
+            world.violations.append(f"{iid} fenced under its current member id {member}")
+
+
+def _zombie_commits(world: World, c: GroupCoordinator, iid: str | None, old: str, generation: int) -> None:
+    """The member id a static member held before it rejoined commits as a zombie would: the
+    coordinator must fence it, or Oxia refuse it."""
+    if not old or c.check_commit(GROUP, old, generation, iid) != Code.NONE:
+        return
+    try:
+        world.offsets.commit(GROUP, [(TopicPartition(TOPIC, 0), 1, "")], generation=generation, member=old)
+    except LlogError:
+        return
+    with world.lock:
+        world.violations.append(f"{old} ({iid}) committed after its instance rejoined")
 
 
 def _drive(world: World, seconds: float) -> None:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         world.clock.advance(0.05)
-        if world.rng.random() < 0.01:
+        roll = world.rng.random()
+        if roll < 0.01:
             world.failover()
+        elif roll < 0.02 and world.flips:
+            world.flip()
         time.sleep(0.01)  # the schedule's pace: members act between clock steps
 
 
 def _check(world: World) -> None:
     stored = world.offsets.stored
-    assert stored == sorted(set(stored)), f"generations stored out of order or twice: {stored}"
+    assert stored == sorted(stored), f"generations stored out of order: {stored}"
+    kept = world.offsets.memberships
+    for i in range(1, len(stored)):
+        if stored[i] == stored[i - 1]:  # only a static member's new member id, in its old place
+            assert len(kept[i]) == len(kept[i - 1]) and len(kept[i] ^ kept[i - 1]) == 2, \
+                f"generation {stored[i]} stored twice with other members: {kept[i - 1]} then {kept[i]}"
     for generation, members in world.synced.items():
         held = [p for parts in members.values() for p in parts]
         assert len(held) == len(set(held)), f"generation {generation}: overlapping assignments {members}"
+    assert not world.violations, world.violations
     for member, generation, partition, stored in world.commits:
         assert generation == stored, f"{member} committed in generation {generation} while Oxia held {stored}"
         assert partition in world.synced[generation][member], f"{member} committed {partition} not its own"
 
 
 @pytest.mark.parametrize("seed", range(3))
-def test_random_schedules_keep_generations_assignments_and_commits_consistent(seed):
+@pytest.mark.parametrize("flips", [False, True], ids=["failovers", "ownership-flips"])
+def test_random_schedules_keep_generations_assignments_and_commits_consistent(seed, flips):
     world = World(seed)
+    world.flips = flips
     members = [threading.Thread(target=_member, args=(world, i, seed * 100 + i), daemon=True) for i in range(4)]
     for t in members:
         t.start()
@@ -170,7 +258,7 @@ def test_random_schedules_keep_generations_assignments_and_commits_consistent(se
         _drive(world, 2.0)
     finally:
         world.stop.set()
-        world.current().close()  # members waiting in a join or a sync return
+        world.close()  # members waiting in a join or a sync return
         for t in members:
             t.join(10)
     _check(world)
