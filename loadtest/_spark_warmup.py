@@ -17,9 +17,11 @@ beside the set-up:
 2. The ``llog`` writer runs on no rows, so its driver-side planning and
    commit (Python processes of their own) are started once.
 
-Nothing reaches the broker. The sample is as large as the default data set:
-with 50,000 rows the JIT still spent about 1 s of CPU compiling during the
-first job, with 200,000 about 0.6 s, for half a second more of warm-up.
+Nothing reaches the broker. The sample is as large as the default data set
+(or the generated one, when smaller: a run of a few thousand rows is over
+before the JIT matters): with 50,000 rows the JIT still spent about 1 s of
+CPU compiling during the first job, with 200,000 about 0.6 s, for half a
+second more of warm-up.
 """
 
 from __future__ import annotations

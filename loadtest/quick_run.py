@@ -140,7 +140,9 @@ def run(args: argparse.Namespace, r: Run) -> int:
         env = settings.env(root_prefix=ROOT)
         os.environ.update(env)  # Spark's Python workers inherit these
         r.say(f"Oxia {settings.oxia_address}, S3 {settings.s3_endpoint_url} (bucket {settings.bucket})")
-        warmup = SparkWarmup(data_dir)  # Spark starts now, beside the next steps
+        # Spark starts now, beside the next steps; a warm-up larger than the data set buys nothing.
+        warmup = SparkWarmup(data_dir, SparkWarmup.SAMPLE_ROWS if args.input else min(args.rows,
+                                                                                     SparkWarmup.SAMPLE_ROWS))
         stack.callback(warmup.stop)
 
         r.begin("services", "starting the broker and the compactor service")

@@ -38,6 +38,9 @@ CONF = {
 class KafkaClientProducer(Producer):
     """Produces unique messages through librdkafka until ``stop`` is set (module docstring)."""
 
+    PREFIX = "k"
+    """Every batch id of these producers starts with it (``k{index}-{seq}``)."""
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.name = f"chaos-kafka-producer-{self.index}"
@@ -71,8 +74,8 @@ class KafkaClientProducer(Producer):
     def _send(self, producer: Any) -> None:
         self._seq += 1
         partition = self._rng.randrange(self._cluster.partitions)
-        value = f"k{self.index}-{self._seq}".encode()
-        batch_id = f"k{self.index}-{self._seq}"
+        batch_id = f"{self.PREFIX}{self.index}-{self._seq}"
+        value = batch_id.encode()
         sent_s = self._history.now_s()
 
         def delivered(err: Any, msg: Any) -> None:

@@ -9,10 +9,11 @@ under a fresh root prefix, then for ``--seconds``:
   unique records) to random live brokers and record every batch's outcome:
   acknowledged (offsets), definitely failed, or unknown (no answer, 504,
   500, ``OutcomeUnknown``);
-  With ``--kafka`` the brokers also run their Kafka listeners and the
-  producers are librdkafka idempotent producers (acks=all) given every
+  With ``--kafka`` the brokers also run their Kafka listeners and every
+  other producer is a librdkafka idempotent producer (acks=all) given every
   listener (``testing/_chaos_kafka.py``): each message must be in the log
-  at most once, and at its acknowledged offset;
+  at most once, and at its acknowledged offset; the others write over HTTP
+  to the same partitions (idempotently with ``--idempotent``);
 - a consumer follows every partition through ``/consume`` on random live
   brokers (what it saw must still be in the log afterwards);
 - a nemesis (``testing/_chaos_nemesis.py``) SIGKILLs a random broker or
@@ -291,8 +292,9 @@ def run(opts: ChaosOptions, say: Callable[[str], None] = print) -> ChaosReport:
             f"faults {fault_plan(opts)}")
         stop = threading.Event()
         history = History()  # its clock is the run's: batch times line up with nemesis events
-        kind = KafkaClientProducer if opts.kafka else IdempotentProducer if opts.idempotent else Producer
-        producers = [kind(i, cluster, history, stop, seed=opts.seed * 1000 + i) for i in range(opts.producers)]
+        http_kind = IdempotentProducer if opts.idempotent else Producer
+        producers = [(KafkaClientProducer if opts.kafka and i % 2 else http_kind)(
+            i, cluster, history, stop, seed=opts.seed * 1000 + i) for i in range(opts.producers)]
         nemesis = Nemesis(cluster, stop, seconds=opts.seconds, plan=fault_plan(opts), seed=opts.seed,
                           interval_s=opts.fault_interval_s, t0=history.t0)
         tail = TailConsumer(cluster, stop, seed=opts.seed)
@@ -346,24 +348,29 @@ def run(opts: ChaosOptions, say: Callable[[str], None] = print) -> ChaosReport:
         report = _report(opts, cluster, data_dir, ran_s, history, nemesis, result, liveness, compaction, phases)
         report.tail_consumer = {"requests": tail.requests, "errors": dict(tail.errors)}
         report.acknowledged_by_window = progress
-        if opts.kafka:
-            report.idempotence = {
-                "messages": sum(1 for b in history.batches if b.idempotent),
-                "delivered": sum(1 for b in history.batches if b.outcome == OK),
-                "fatal_errors": sum(getattr(p, "fatal", 0) for p in producers),
-            }
-        if opts.idempotent:
-            writes = {b.retry_of or b.batch_id for b in history.batches if b.idempotent}
-            report.idempotence = {
-                "batches": len(writes), "attempts": sum(1 for b in history.batches if b.idempotent),
-                "retried": len({b.retry_of for b in history.batches if b.retry_of}),
-                "duplicates_answered": sum(p.duplicates for p in producers),
-                "refused": sum(p.refused for p in producers),
-                "still_undecided": sum(len(p._undecided) for p in producers),
-            }
+        report.idempotence = _idempotence(history, producers)
     if own_dir and report.ok:
         shutil.rmtree(data_dir, ignore_errors=True)
     return report
+
+
+def _idempotence(history: History, producers: list) -> dict[str, int]:
+    """What the idempotent producers did: librdkafka's messages (``kafka_*``) and the HTTP
+    idempotent producers' batches, each kind counted when it ran."""
+    out: dict[str, int] = {}
+    kafka = [p for p in producers if isinstance(p, KafkaClientProducer)]
+    http = [p for p in producers if isinstance(p, IdempotentProducer)]
+    if kafka:
+        mine = [b for b in history.batches if b.batch_id.startswith(KafkaClientProducer.PREFIX)]
+        out.update(kafka_messages=len(mine), kafka_delivered=sum(1 for b in mine if b.outcome == OK),
+                   kafka_fatal_errors=sum(p.fatal for p in kafka))
+    if http:
+        batches = [b for b in history.batches if b.idempotent and not b.batch_id.startswith(KafkaClientProducer.PREFIX)]
+        out.update(batches=len({b.retry_of or b.batch_id for b in batches}), attempts=len(batches),
+                   retried=len({b.retry_of for b in batches if b.retry_of}),
+                   duplicates_answered=sum(p.duplicates for p in http), refused=sum(p.refused for p in http),
+                   still_undecided=sum(len(p._undecided) for p in http))
+    return out
 
 
 def _report(opts: ChaosOptions, cluster: ChaosCluster, data_dir: Path, ran_s: float, history: History,
@@ -426,8 +433,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="idempotent producers (POST /producers, sequences) that resend every batch not acknowledged "
                         "until it is: every batch must be in the log once")
     p.add_argument("--kafka", action="store_true",
-                   help="the brokers run their Kafka listeners and the producers are librdkafka idempotent "
-                        "producers (acks=all) through them: every message in the log at most once")
+                   help="the brokers run their Kafka listeners and every other producer is a librdkafka "
+                        "idempotent producer (acks=all) through them: every message in the log at most once")
     p.add_argument("--retention-ms", type=int, default=15_000,
                    help="the topic's retention.ms: log starts move past old compacted ranges while the faults "
                         "run; acknowledged records below them are let go (default 15000; -1 keeps everything)")

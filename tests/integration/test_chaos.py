@@ -9,8 +9,9 @@ followed the log during the faults is checked against the final reads too.
 
 - SIGKILLs of brokers and the compactor every couple of seconds and of the
   standalone Oxia once (20 s of faults, 30-55 s in all), with idempotent
-  producers (SPEC 7.12) that send every batch not acknowledged again until
-  it is: each must be in the log once;
+  HTTP producers (SPEC 7.12) that send every batch not acknowledged again
+  until it is, beside librdkafka idempotent producers through the Kafka
+  listeners: each batch and message must be in the log once;
 - every wider fault together (45 s of faults, 60-100 s in all): SIGSTOP
   pauses past the Oxia session of brokers, compactors, Oxia servers and
   MinIO; a MinIO restart; two compactors competing for claims; a 3-server
@@ -37,9 +38,12 @@ def _assert_progress_in_both_halves(report: ChaosReport) -> None:
     assert quarters[0] + quarters[1] > 0 and quarters[2] + quarters[3] > 0, report.summary()
 
 
-def test_idempotent_writes_are_stored_once_under_sigkills_and_an_oxia_restart(tmp_path) -> None:
+def test_idempotent_http_and_kafka_writes_are_stored_once_under_sigkills_and_an_oxia_restart(tmp_path) -> None:
+    """Idempotent HTTP producers and librdkafka idempotent producers (acks=all, through the
+    brokers' Kafka listeners) on the same partitions."""
     opts = ChaosOptions(
         idempotent=True,
+        kafka=True,
         seconds=20.0,
         producers=8,
         partitions=16,
@@ -59,30 +63,7 @@ def test_idempotent_writes_are_stored_once_under_sigkills_and_an_oxia_restart(tm
     assert not report.restart_failures, report.nemesis_events
     # Faults left outcomes unknown, and their batches were sent again (the checker allows one copy each).
     assert report.idempotence["retried"] > 0, report.summary()
-    assert report.ok, f"{report.summary()}\nprocess logs: {report.data_dir}/logs"
-
-
-def test_kafka_clients_messages_are_stored_once_under_sigkills_pauses_and_an_oxia_restart(tmp_path) -> None:
-    """librdkafka idempotent producers (acks=all) through the brokers' Kafka listeners."""
-    opts = ChaosOptions(
-        kafka=True,
-        seconds=20.0,
-        producers=3,
-        partitions=8,
-        brokers=3,
-        pause=True,
-        fault_interval_s=(1.5, 3.0),
-        recover_s=30.0,
-        compaction_wait_s=20.0,
-        seed=20261127,
-        data_dir=tmp_path / "chaos",
-    )
-    report = run(opts, say=print)
-    print(report.summary())
-    _assert_progress_in_both_halves(report)
-    assert report.kills.get("broker", 0) >= 1 and report.kills.get("oxia") == 1, report.nemesis_events
-    assert not report.restart_failures, report.nemesis_events
-    assert report.idempotence["delivered"] > 1000, report.summary()
+    assert report.idempotence["kafka_delivered"] > 500, report.summary()
     assert report.ok, f"{report.summary()}\nprocess logs: {report.data_dir}/logs"
 
 

@@ -1,9 +1,9 @@
 """The dashboard renderer against a real Prometheus scraping a real broker.
 
-Prometheus (scraping every 250 ms) starts once for the module. The test
-produces, waits until Prometheus has scraped the payload counter before and
-after a second produce (so ``rate()`` has two different samples), and draws
-the repository's own dashboard. ``LLOG_TEST_RENDER_OUT=<dir>`` keeps the
+Prometheus (scraping every 250 ms) starts once for the module. Once, the
+module produces through the session's broker and waits until Prometheus has
+scraped the payload counter before and after a second produce (so ``rate()``
+has two different samples); the tests draw the repository's own dashboard. ``LLOG_TEST_RENDER_OUT=<dir>`` keeps the
 first test's PNGs there to look at.
 """
 
@@ -28,7 +28,7 @@ from dashboard._panel_data import TimeRange
 from dashboard.render import DEFAULT_DASHBOARD, auto_step_s, main, render
 from tests._waiting import wait_until
 
-from .conftest import BrokerFactory, BrokerProcess
+from .conftest import BrokerProcess
 
 SCRAPE_WAIT_S = 30.0
 PRODUCE_PANEL = re.compile(r"\bproduce\b.*\b(MB/s|throughput)\b", re.IGNORECASE)
@@ -70,10 +70,15 @@ def _broker_with_traffic(prometheus: PrometheusServer, broker: BrokerProcess) ->
     wait_until(lambda: any(v >= 2 for v in _values(prometheus, scrapes)), SCRAPE_WAIT_S, f"{scrapes} >= 2")
 
 
-def test_renders_the_dashboard_with_produce_throughput(
-    prometheus: PrometheusServer, broker_factory: BrokerFactory, tmp_path: Path
-) -> None:
-    _broker_with_traffic(prometheus, broker_factory())
+@pytest.fixture(scope="module")
+def scraped(prometheus: PrometheusServer, session_broker) -> PrometheusServer:
+    """Prometheus once it has scraped a broker's produce traffic rise (shared by the module's tests)."""
+    _broker_with_traffic(prometheus, session_broker())
+    return prometheus
+
+
+def test_renders_the_dashboard_with_produce_throughput(scraped: PrometheusServer, tmp_path: Path) -> None:
+    prometheus = scraped
     out = Path(os.environ.get("LLOG_TEST_RENDER_OUT") or tmp_path / "render")  # set it to keep the PNGs
     end_s = time.time()
     window = TimeRange(end_s - 120, end_s, auto_step_s(120))
@@ -101,10 +106,9 @@ def test_renders_the_dashboard_with_produce_throughput(
 
 
 def test_command_line_prints_the_images_and_names_empty_panels(
-    prometheus: PrometheusServer, broker_factory: BrokerFactory, tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
+    scraped: PrometheusServer, tmp_path: Path, capsys: pytest.CaptureFixture[str],
 ) -> None:
-    _broker_with_traffic(prometheus, broker_factory())
+    prometheus = scraped
     # The real dashboard and one panel no process exports a metric for.
     doc = json.loads(DEFAULT_DASHBOARD.read_text())
     never = "sum(rate(llog_no_such_metric_total[$__rate_interval]))"
