@@ -23,10 +23,10 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from testing._chaos_workload import Producer
+from testing._chaos_workload import IdempotentProducer, Producer
 from testing.history import OK, UNKNOWN, ProducedBatch
 
-__all__ = ["KafkaClientProducer"]
+__all__ = ["KafkaClientProducer", "idempotence_stats"]
 
 CONF = {
     "enable.idempotence": True, "acks": "all", "linger.ms": 5, "message.timeout.ms": 30_000,
@@ -97,3 +97,22 @@ class KafkaClientProducer(Producer):
                 return
             except BufferError:  # the local queue is full: let it drain
                 producer.poll(0.1)
+
+
+def idempotence_stats(history: Any, producers: list) -> dict[str, int]:
+    """What the idempotent producers did: librdkafka's messages (``kafka_*``) and the HTTP
+    idempotent producers' batches, each kind counted when it ran."""
+    out: dict[str, int] = {}
+    kafka = [p for p in producers if isinstance(p, KafkaClientProducer)]
+    http = [p for p in producers if isinstance(p, IdempotentProducer)]
+    if kafka:
+        mine = [b for b in history.batches if b.batch_id.startswith(KafkaClientProducer.PREFIX)]
+        out.update(kafka_messages=len(mine), kafka_delivered=sum(1 for b in mine if b.outcome == OK),
+                   kafka_fatal_errors=sum(p.fatal for p in kafka))
+    if http:
+        batches = [b for b in history.batches if b.idempotent and not b.batch_id.startswith(KafkaClientProducer.PREFIX)]
+        out.update(batches=len({b.retry_of or b.batch_id for b in batches}), attempts=len(batches),
+                   retried=len({b.retry_of for b in batches if b.retry_of}),
+                   duplicates_answered=sum(p.duplicates for p in http), refused=sum(p.refused for p in http),
+                   still_undecided=sum(len(p._undecided) for p in http))
+    return out

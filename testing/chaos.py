@@ -15,7 +15,9 @@ under a fresh root prefix, then for ``--seconds``:
   at most once, and at its acknowledged offset; the others write over HTTP
   to the same partitions (idempotently with ``--idempotent``);
 - a consumer follows every partition through ``/consume`` on random live
-  brokers (what it saw must still be in the log afterwards);
+  brokers (what it saw must still be in the log afterwards); with
+  ``--groups N`` (and ``--kafka``) a consumer group of librdkafka consumers
+  reads too, and may skip nothing (``testing/_chaos_groups.py``);
 - a nemesis (``testing/_chaos_nemesis.py``) SIGKILLs a random broker or
   compactor every few seconds and restarts it a moment later on the same
   port, and SIGKILLs and restarts the standalone Oxia once (not with
@@ -65,7 +67,8 @@ from typing import Any, Callable
 
 from testing.history import KINDS, OK, CheckResult, ReadPass, Violation, check
 from testing._chaos_cluster import ChaosCluster
-from testing._chaos_kafka import KafkaClientProducer
+from testing._chaos_groups import GROUP_KINDS, GroupConsumers
+from testing._chaos_kafka import KafkaClientProducer, idempotence_stats
 from testing._chaos_nemesis import FaultPlan, Nemesis
 from testing._chaos_workload import (
     History,
@@ -85,6 +88,7 @@ __all__ = [
 LIVENESS_KINDS = {
     "unavailable": "a broker did not take a produce again after the faults stopped",
     "compaction_stalled": "the compactor did not catch up after the faults stopped",
+    **GROUP_KINDS,
 }
 
 
@@ -116,6 +120,8 @@ class ChaosOptions:
     """Idempotent producers (SPEC 7.12) that resend every batch not acknowledged until it is: one copy each."""
     kafka: bool = False
     """librdkafka idempotent producers through the brokers' Kafka listeners (``_chaos_kafka.py``)."""
+    groups: int = 0
+    """With ``kafka``: librdkafka consumers in one group, every other one static (``_chaos_groups.py``)."""
     seed: int = 0
     data_dir: Path | None = None
     progress_s: float = 5.0
@@ -152,6 +158,8 @@ class ChaosReport:
     idempotence: dict[str, int] = field(default_factory=dict)
     """With idempotent producers: batches, attempts, batches sent again, answers that were duplicates,
     refusals, and batches still not acknowledged when the run stopped."""
+    group: dict[str, int] = field(default_factory=dict)
+    """With a consumer group: its consumers, records read, restarts, commits refused, fatal errors."""
 
     @property
     def ok(self) -> bool:
@@ -174,6 +182,7 @@ class ChaosReport:
             f"reads (records): {self.reads}",
             f"consumer while faulting: {self.tail_consumer}",
             *([f"idempotent producers: {self.idempotence}"] if self.idempotence else []),
+            *([f"consumer group: {self.group}"] if self.group else []),
             f"compaction: {self.compaction.get('summary', '')}",
             f"phases (s): {self.phases_s}",
         ]
@@ -298,8 +307,11 @@ def run(opts: ChaosOptions, say: Callable[[str], None] = print) -> ChaosReport:
         nemesis = Nemesis(cluster, stop, seconds=opts.seconds, plan=fault_plan(opts), seed=opts.seed,
                           interval_s=opts.fault_interval_s, t0=history.t0)
         tail = TailConsumer(cluster, stop, seed=opts.seed)
+        group = GroupConsumers(cluster, stop, opts.groups, seed=opts.seed) if opts.groups else None
         t0 = history.t0
         tail.start()
+        if group is not None:
+            group.start()
         for p in producers:
             p.start()
         if opts.faults:
@@ -315,6 +327,8 @@ def run(opts: ChaosOptions, say: Callable[[str], None] = print) -> ChaosReport:
         for p in producers:
             p.join()
         tail.join()
+        if group is not None:
+            group.join()
         if nemesis.is_alive():
             nemesis.join()
         ran_s = time.monotonic() - t0
@@ -339,7 +353,13 @@ def run(opts: ChaosOptions, say: Callable[[str], None] = print) -> ChaosReport:
         after, _ = read_library(cluster.env, cluster.topic, opts.partitions, "library-after-compaction")
         reads.append(after)
         reads.append(tail.read_pass())
+        if group is not None:
+            group.drain(hws, opts.recover_s)
+            reads.append(group.read_pass())
         starts = log_starts(cluster.env, cluster.topic, opts.partitions)
+        if group is not None:
+            liveness += group.check(hws, starts)
+            group.close()
         result = check(history.batches, reads)
         if any(s > 1 for s in starts.values()):
             say(f"[chaos] retention moved {sum(s > 1 for s in starts.values())} log starts "
@@ -348,29 +368,11 @@ def run(opts: ChaosOptions, say: Callable[[str], None] = print) -> ChaosReport:
         report = _report(opts, cluster, data_dir, ran_s, history, nemesis, result, liveness, compaction, phases)
         report.tail_consumer = {"requests": tail.requests, "errors": dict(tail.errors)}
         report.acknowledged_by_window = progress
-        report.idempotence = _idempotence(history, producers)
+        report.idempotence = idempotence_stats(history, producers)
+        report.group = group.stats() if group is not None else {}
     if own_dir and report.ok:
         shutil.rmtree(data_dir, ignore_errors=True)
     return report
-
-
-def _idempotence(history: History, producers: list) -> dict[str, int]:
-    """What the idempotent producers did: librdkafka's messages (``kafka_*``) and the HTTP
-    idempotent producers' batches, each kind counted when it ran."""
-    out: dict[str, int] = {}
-    kafka = [p for p in producers if isinstance(p, KafkaClientProducer)]
-    http = [p for p in producers if isinstance(p, IdempotentProducer)]
-    if kafka:
-        mine = [b for b in history.batches if b.batch_id.startswith(KafkaClientProducer.PREFIX)]
-        out.update(kafka_messages=len(mine), kafka_delivered=sum(1 for b in mine if b.outcome == OK),
-                   kafka_fatal_errors=sum(p.fatal for p in kafka))
-    if http:
-        batches = [b for b in history.batches if b.idempotent and not b.batch_id.startswith(KafkaClientProducer.PREFIX)]
-        out.update(batches=len({b.retry_of or b.batch_id for b in batches}), attempts=len(batches),
-                   retried=len({b.retry_of for b in batches if b.retry_of}),
-                   duplicates_answered=sum(p.duplicates for p in http), refused=sum(p.refused for p in http),
-                   still_undecided=sum(len(p._undecided) for p in http))
-    return out
 
 
 def _report(opts: ChaosOptions, cluster: ChaosCluster, data_dir: Path, ran_s: float, history: History,
@@ -435,6 +437,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--kafka", action="store_true",
                    help="the brokers run their Kafka listeners and every other producer is a librdkafka "
                         "idempotent producer (acks=all) through them: every message in the log at most once")
+    p.add_argument("--groups", type=int, default=0, metavar="N",
+                   help="with --kafka: N librdkafka consumers in one group (every other one static), restarted now "
+                        "and then, whose coordinator the faults move: no record may be skipped")
     p.add_argument("--retention-ms", type=int, default=15_000,
                    help="the topic's retention.ms: log starts move past old compacted ranges while the faults "
                         "run; acknowledged records below them are let go (default 15000; -1 keeps everything)")
@@ -457,7 +462,7 @@ def options_from_args(args: argparse.Namespace, seed: int) -> ChaosOptions:
         compaction_wait_s=args.compaction_wait, retention_ms=args.retention_ms, seed=seed, data_dir=args.data_dir,
         pause=args.pause or args.all, minio_restart=args.minio_restart or args.all,
         compactors=2 if args.two_compactors or args.all else 1, oxia_node_loss=args.oxia_node_loss or args.all,
-        idempotent=args.idempotent, kafka=args.kafka,
+        idempotent=args.idempotent, kafka=args.kafka, groups=args.groups,
     )
 
 
@@ -466,6 +471,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     seed = args.seed if args.seed is not None else int(time.time())
     opts = options_from_args(args, seed)
+    if opts.groups and not opts.kafka:
+        print("[chaos] --groups needs --kafka (the consumers read through the Kafka listeners)", file=sys.stderr)
+        return 2
     print(f"[chaos] seed {seed}", flush=True)
     try:
         report = run(opts, say=lambda s: print(s, flush=True))

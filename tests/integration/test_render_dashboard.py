@@ -27,6 +27,7 @@ from dashboard._draw import PANEL_PX, columns_for, image_size_px
 from dashboard._panel_data import TimeRange
 from dashboard.render import DEFAULT_DASHBOARD, auto_step_s, main, render
 from tests._waiting import wait_until
+from tests.conftest import TEST_TOPICS_ENV, new_root_prefix
 
 from .conftest import BrokerProcess
 
@@ -71,10 +72,18 @@ def _broker_with_traffic(prometheus: PrometheusServer, broker: BrokerProcess) ->
 
 
 @pytest.fixture(scope="module")
-def scraped(prometheus: PrometheusServer, session_broker) -> PrometheusServer:
-    """Prometheus once it has scraped a broker's produce traffic rise (shared by the module's tests)."""
-    _broker_with_traffic(prometheus, session_broker())
-    return prometheus
+def scraped(prometheus: PrometheusServer, stack, openapi, tmp_path_factory: pytest.TempPathFactory
+            ) -> Iterator[PrometheusServer]:
+    """Prometheus once it has scraped a broker's produce traffic rise (shared by the module's tests).
+    The module's own broker: a session broker's idle keep-alive connection may be closed under a POST."""
+    env = {**stack.env(root_prefix=new_root_prefix()), **TEST_TOPICS_ENV, "LLOG_BATCH_MAX_DELAY_MS": "20"}
+    broker = BrokerProcess(env, ["--role", "both", "--broker-id", "render"],
+                           tmp_path_factory.mktemp("render") / "broker.log", openapi)
+    try:
+        _broker_with_traffic(prometheus, broker)
+        yield prometheus
+    finally:
+        broker.stop()
 
 
 def test_renders_the_dashboard_with_produce_throughput(scraped: PrometheusServer, tmp_path: Path) -> None:

@@ -5,9 +5,10 @@ answers are classified as the HTTP contract says."""
 
 from __future__ import annotations
 
-import pytest
-
+import threading
 from dataclasses import replace
+
+import pytest
 
 from server._errors import MetadataStoreError, OutcomeUnknown
 from testing.history import (
@@ -19,6 +20,7 @@ from testing.history import (
     ProducedBatch,
     ReadPass,
     Tracker,
+    Violation,
     check,
     check_order,
     check_spans,
@@ -374,3 +376,20 @@ def test_outcomes_are_one_vocabulary() -> None:
     assert [o.value for o in Outcome] == ["ok", "failed", "unknown"] and (OK, FAILED, UNKNOWN) == tuple(Outcome)
     assert is_unknown_outcome(OutcomeUnknown("maybe")) and not is_unknown_outcome(MetadataStoreError("no"))
     assert set(KINDS) >= {"out_of_order", "ack_overlap", "wrong_offset", "read_mismatch"}
+
+
+def test_a_consumer_group_that_skipped_a_record_or_died_is_a_violation() -> None:
+    from types import SimpleNamespace
+
+    from testing._chaos_groups import GroupConsumers
+
+    cluster = SimpleNamespace(topic="t", partitions=2, kafka_bootstrap="unused")
+    group = GroupConsumers(cluster, threading.Event(), 2, seed=1)
+    group.records[("t", 0)].update({o: b"v" for o in range(3, 9)})  # 1-2 went to retention: the start is 3
+    group.records[("t", 1)].update({1: b"a", 2: b"b", 4: b"d"})  # 3 was never given to the group
+    assert group.check({0: 8, 1: 4}, {0: 3, 1: 1}) == [
+        Violation("group_skipped", "t", 1, 3, None, "1 of the offsets 1-4 never given to group 'chaos-1' (first [3])")]
+    group.records[("t", 1)][3] = b"c"
+    assert group.check({0: 8, 1: 4}, {0: 3, 1: 1}) == []
+    group.fatal.append("consumer 0: FENCED_INSTANCE_ID")
+    assert [v.kind for v in group.check({0: 8, 1: 4}, {0: 3, 1: 1})] == ["group_fatal"]
