@@ -11,7 +11,8 @@ followed the log during the faults is checked against the final reads too.
   standalone Oxia once (20 s of faults, 30-55 s in all), with idempotent
   HTTP producers (SPEC 7.12) that send every batch not acknowledged again
   until it is, beside librdkafka idempotent producers through the Kafka
-  listeners: each batch and message must be in the log once;
+  listeners, and a consumer group reading through them: each batch and
+  message must be in the log once, and the group may skip no record;
 - every wider fault together (45 s of faults, 60-100 s in all): SIGSTOP
   pauses past the Oxia session of brokers, compactors, Oxia servers and
   MinIO; a MinIO restart; two compactors competing for claims; a 3-server
@@ -40,10 +41,12 @@ def _assert_progress_in_both_halves(report: ChaosReport) -> None:
 
 def test_idempotent_http_and_kafka_writes_are_stored_once_under_sigkills_and_an_oxia_restart(tmp_path) -> None:
     """Idempotent HTTP producers and librdkafka idempotent producers (acks=all, through the
-    brokers' Kafka listeners) on the same partitions."""
+    brokers' Kafka listeners) on the same partitions, read by a librdkafka consumer group whose
+    coordinator the faults move (it may skip nothing)."""
     opts = ChaosOptions(
         idempotent=True,
         kafka=True,
+        groups=2,
         seconds=20.0,
         producers=8,
         partitions=16,
@@ -64,6 +67,7 @@ def test_idempotent_http_and_kafka_writes_are_stored_once_under_sigkills_and_an_
     # Faults left outcomes unknown, and their batches were sent again (the checker allows one copy each).
     assert report.idempotence["retried"] > 0, report.summary()
     assert report.idempotence["kafka_delivered"] > 500, report.summary()
+    assert report.group["records"] > 500 and report.group["restarts"] >= 1, report.summary()
     assert report.ok, f"{report.summary()}\nprocess logs: {report.data_dir}/logs"
 
 
