@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from kafka.protocol.admin import DescribeClusterResponse
 from kafka.protocol.metadata import FindCoordinatorResponse, MetadataResponse
 
-from .._errors import InvalidRequest, UnknownTopic
+from .._errors import InvalidRequest, LlogError, UnknownTopic
 from .._protocol.keys import validate_topic
 from .codec import api_versions_response
 from .errors import Code
@@ -66,6 +66,9 @@ def metadata(svc: KafkaService, req: KafkaRequest) -> Any:
             continue
         except InvalidRequest:
             topics.append(_MT(error_code=Code.INVALID_TOPIC_EXCEPTION, name=name, partitions=[]))
+            continue
+        except LlogError:  # the catalogue could not be read (Oxia away): retriable, as a leader election
+            topics.append(_MT(error_code=Code.LEADER_NOT_AVAILABLE, name=name, partitions=[]))
             continue
         parts = []
         for p in range(record.partitions):

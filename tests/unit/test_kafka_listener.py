@@ -19,7 +19,7 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as CkTopicPartition
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
-from kafka.protocol.metadata import ApiVersionsRequest
+from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest, MetadataResponse
 from kafka.protocol.consumer import FetchRequest, OffsetCommitRequest
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
@@ -34,15 +34,20 @@ from tests.unit.test_broker import Cluster, consume_body, counter, doc
 
 
 @pytest.fixture
-def kafka():
+def kafka_cluster():
     with Cluster() as cluster:
         broker = cluster.broker(topics=TopicDefaults(partitions=4), kafka_port=0, max_wait_ms_cap=500,
                                 kafka_group_initial_rebalance_delay_ms=0)
         front = KafkaFront(broker, cluster.meta)
         try:
-            yield broker, f"127.0.0.1:{front.port}"
+            yield cluster, broker, f"127.0.0.1:{front.port}"
         finally:
             front.close()
+
+
+@pytest.fixture
+def kafka(kafka_cluster):
+    return kafka_cluster[1:]
 
 
 def _admin(bootstrap: str) -> KafkaAdminClient:
@@ -236,6 +241,20 @@ def test_a_log_append_time_topic_answers_the_time_it_stamped_and_a_create_time_t
     got = {m.topic: (m.timestamp, m.timestamp_type) for m in consumer}
     consumer.close()
     assert got == {"stamped": (times["stamped"], 1), "created": (1_000, 0)}
+
+
+def test_metadata_while_the_catalogue_cannot_be_read_is_retriable_and_keeps_the_connection(kafka_cluster):
+    cluster, _, bootstrap = kafka_cluster
+    M = MetadataRequest[12]
+    req = M(topics=[M.MetadataRequestTopic(topic_id=None, name="unreadable")], allow_auto_topic_creation=True,
+            include_topic_authorized_operations=False)
+    s = _connect(bootstrap)
+    cluster.meta.fail_next("get", key_contains="unreadable")
+    first = MetadataResponse.decode(_request(s, _encoded(req, 12, 1))[5:], version=12)  # header v1: id, tags
+    assert [(t.name, t.error_code) for t in first.topics] == [("unreadable", 5)]  # LEADER_NOT_AVAILABLE
+    second = MetadataResponse.decode(_request(s, _encoded(req, 12, 2))[5:], version=12)  # the same connection
+    assert [(t.name, t.error_code, len(t.partitions)) for t in second.topics] == [("unreadable", 0, 4)]
+    s.close()
 
 
 def test_closed_connections_release_their_descriptors(kafka):
