@@ -412,9 +412,11 @@ class Vacuum(Closeable):
             refs.compacting = CompactionRecord.decode(rec.value).data_key
         rec = self._meta.get(keys.control, pk)
         expired_below = 1
+        pending_end = None
         if rec is not None:
             control = ControlRecord.decode(rec.value)
             refs.pending = None if control.pending is None else control.pending.data_key
+            pending_end = None if control.pending is None else control.pending.end_offset
             moved_at = control.log_start_at_ms
             if control.log_start_offset > 1 and moved_at is not None and self._now_ms() - moved_at >= self.grace_ms:
                 # Not past the cursor: a deleted topic's log (7.11) keeps what compaction has not passed yet.
@@ -422,6 +424,12 @@ class Vacuum(Closeable):
         for rec in self._meta.range_scan(keys.index_prefix, keys.index_end, pk):
             end = keys.index_offset(rec.key)
             if end is None:
+                continue
+            if end == pending_end:
+                # The pending's own key, materialized: never deleted while it is pending (SPEC 8.1,
+                # invariant 8). A pending that replaces it after the control read ends at or past
+                # the cursor, so it is never among what this pass deletes.
+                refs.indexed.add(IndexEntry.decode(rec.value).data_key)
                 continue
             if end < expired_below:
                 if self._drop_entry(state, keys, rec.key, rec.version, state.expired, "below the log start"):

@@ -25,8 +25,9 @@ The frame's size is fixed up for the real lengths.
 from __future__ import annotations
 
 import socket
-import struct
 from typing import Any, Callable, Iterable, Sequence
+
+from kafka.protocol.schemas.fields.codecs.types import Int32, UnsignedVarInt32
 
 from .codec import SIZE, encode_framed
 
@@ -35,7 +36,6 @@ __all__ = ["RecordParts", "encode_gathered", "send_parts", "Answer"]
 Answer = memoryview | list
 """A framed answer: one buffer, or buffers to send in order (``encode_gathered``)."""
 
-_LEN = struct.Struct(">i")
 _IOV_MAX = 1024
 """Buffers per ``sendmsg`` (Linux's IOV_MAX)."""
 
@@ -111,15 +111,8 @@ def _find_markers(skeleton: bytes, records: Sequence[RecordParts], flexible: boo
 
 
 def _prefix(n: int, flexible: bool) -> bytes:
-    if not flexible:
-        return _LEN.pack(n)
-    n += 1
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
+    """The records field's length prefix, as kafka-python's own ``Bytes`` codec writes it."""
+    return UnsignedVarInt32.encode(n + 1) if flexible else Int32.encode(n)
 
 
 def send_parts(sock: socket.socket, answer: Answer, sendmsg: Callable[[list], int] | None = None) -> None:

@@ -94,7 +94,7 @@ def offset_commit(svc: KafkaService, req: KafkaRequest) -> Any:
     member = b.member_id if v >= 1 else ""
     wanted = [(t.name, p.partition_index, p.committed_offset, p.committed_metadata or "")
               for t in b.topics for p in t.partitions]
-    codes = _commit(svc, b.group_id, (member, b.group_instance_id if v >= 7 else None), generation, wanted)
+    codes = _commit(svc, b.group_id, member, generation, wanted, b.group_instance_id if v >= 7 else None)
     by_topic: dict[str, list[Any]] = {}
     for (topic, partition, _, _), code in zip(wanted, codes):
         by_topic.setdefault(topic, []).append(
@@ -103,13 +103,11 @@ def offset_commit(svc: KafkaService, req: KafkaRequest) -> Any:
                                            for n, ps in by_topic.items()])
 
 
-def _commit(svc: KafkaService, group: str, who: tuple[str, str | None], generation: int,
-            wanted: list[tuple[str, int, int, str]]) -> list[int]:
-    """``who``: the committing member's id and group instance id (None: dynamic)."""
+def _commit(svc: KafkaService, group: str, member: str, generation: int,
+            wanted: list[tuple[str, int, int, str]], instance_id: str | None = None) -> list[int]:
     if _bad_group(group):
         return [Code.INVALID_GROUP_ID] * len(wanted)
-    member = who[0]
-    code = svc.coordinator.check_commit(group, member, generation, who[1])
+    code = svc.coordinator.check_commit(group, member, generation, instance_id)
     offsets = svc.parts.group_offsets
     if code == Code.NONE and offsets is None:
         code = Code.COORDINATOR_NOT_AVAILABLE

@@ -35,7 +35,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable
 
 from .._metrics import LlogMetrics
-from .codec import API_VERSIONS, SIZE, KafkaRequest, MalformedFrame, decode_request, \
+from .codec import API_VERSIONS, PRODUCE, SIZE, KafkaRequest, MalformedFrame, decode_request, \
     unsupported_api_versions
 from .gather import Answer, send_parts
 from .stalls import ProduceStalls
@@ -49,7 +49,6 @@ Begin = Callable[[KafkaRequest], Callable[[], "bytes | Answer | None"]]
 the request with its framed response (None: no response)."""
 
 _CLOSE = object()
-_PRODUCE = 0
 
 
 class KafkaListener:
@@ -184,7 +183,7 @@ class _Connection:
             log.exception("kafka connection %s: a handler failed: closing", self.peer)
             return None
         stalls = self.listener._stalls
-        if stalls is None or request.api.key != _PRODUCE:
+        if stalls is None or request.api.key != PRODUCE:
             return self.listener._pool.submit(answer)
         stalls.begun(self)
         future = self.listener._pool.submit(answer)

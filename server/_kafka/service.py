@@ -30,7 +30,7 @@ from .._log.reader import LeaderlessLogReader
 from .._metrics import LlogMetrics
 from .._runtime import Runtime
 from . import admin, cluster, fetch, groups, produce
-from .codec import KafkaRequest, encode_response
+from .codec import PRODUCE, KafkaRequest, encode_response
 from .gather import Answer, RecordParts, encode_gathered
 from .coordinator import GroupCoordinator
 from .nodes import Nodes
@@ -102,7 +102,7 @@ class KafkaService:
         one); the rest of every request is the returned call, which the handler pool
         runs."""
         started = time.monotonic()
-        if request.api.key == _PRODUCE:
+        if request.api.key == PRODUCE:
             finish = produce.start_produce(self, request)
             return lambda: self._answer(request, finish(), started)
         if request.api.key == _OFFSET_COMMIT:
@@ -113,7 +113,7 @@ class KafkaService:
     def handle(self, request: KafkaRequest, started: float | None = None) -> Answer | None:
         """A whole request on this thread (``begin`` then its call)."""
         started = time.monotonic() if started is None else started
-        if request.api.key == _PRODUCE:
+        if request.api.key == PRODUCE:
             return self.begin(request)()
         return self._answer(request, HANDLERS[request.api.key](self, request), started)
 
@@ -129,7 +129,7 @@ class KafkaService:
         return encode_response(request, response)
 
 
-_PRODUCE, _FETCH, _OFFSET_COMMIT = 0, 1, 8
+_FETCH, _OFFSET_COMMIT = 1, 8
 
 
 def _record_parts(response: Any) -> list[RecordParts]:

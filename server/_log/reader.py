@@ -57,7 +57,7 @@ from .._protocol.stored_batches import decode_stored
 from .._protocol.keys import LogLayout, PartitionKeys, TopicPartition, parse_s3_uri
 from .._protocol.records import CompactionCursor, ControlRecord, EntryType, IndexEntry
 from .._protocol.structs import ReadRecord
-from .._storage.metastore import MetadataStore
+from .._storage.metastore import MetadataStore, Record
 from .._storage.objectstore import ObjectStore
 from .._storage.stores import Closeable, Stores, use_stores
 from .._metrics import LlogMetrics
@@ -145,8 +145,13 @@ class LeaderlessLogReader(Closeable):
             recs = self._meta.get_many([(k.control, k.partition_key) for k in keys])
         except LlogError as exc:
             return [exc] * len(keys)
-        return [ControlRecord.decode(rec.value) if rec is not None else PartitionNotInitialized(
-            "partition is not initialized", topic=k.tp.topic, partition=k.tp.partition) for k, rec in zip(keys, recs)]
+        out: list[ControlRecord | LlogError] = []
+        for k, rec in zip(keys, recs):
+            try:
+                out.append(self._decode_control(k, rec))
+            except PartitionNotInitialized as exc:
+                out.append(exc)
+        return out
 
     def high_watermark(self, topic: str, partition: int) -> int:
         """The last written offset (0 for an empty log)."""
@@ -163,7 +168,10 @@ class LeaderlessLogReader(Closeable):
         return 1 if rec is None else CompactionCursor.decode(rec.value).offset
 
     def _control(self, keys: PartitionKeys) -> ControlRecord:
-        rec = self._meta.get(keys.control, keys.partition_key)
+        return self._decode_control(keys, self._meta.get(keys.control, keys.partition_key))
+
+    @staticmethod
+    def _decode_control(keys: PartitionKeys, rec: Record | None) -> ControlRecord:
         if rec is None:
             raise PartitionNotInitialized(
                 "partition is not initialized", topic=keys.tp.topic, partition=keys.tp.partition
