@@ -24,7 +24,9 @@ flight than against a disk broker (WarpStream and Inkless say the same).
 from __future__ import annotations
 
 import argparse
+import os
 import re
+import resource
 import subprocess
 import tempfile
 import time
@@ -35,6 +37,7 @@ from statistics import median
 
 from loadtest import _librdkafka_perf
 from loadtest._common import Broker, stack_env
+from loadtest._harness.procfs import parse_cpu_times
 from loadtest._kafka_server import KafkaServer
 
 PRODUCER_SETTINGS = ("acks=all", "batch.size=1048576", "linger.ms=50", "max.request.size=16777216",
@@ -83,39 +86,63 @@ def _settings(extra: list[str]) -> list[str]:
     return [f"{k}={v}" for k, v in merged.items()]
 
 
+class CpuSplit:
+    """CPU seconds spent while a phase runs: the broker, the client, and the whole machine.
+
+    The client is this process plus its finished children (the Java tools
+    are waited for, the brokers are not), so librdkafka in this process and
+    ``java -cp`` both count; the machine is every busy second of
+    ``/proc/stat``, so machine - broker - client is Oxia, MinIO and the rest.
+    """
+
+    def __init__(self, broker: Any) -> None:
+        self._broker = broker
+        self._start = self._marks()
+
+    def _marks(self) -> tuple[float, float, float]:
+        own = [resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+        with open("/proc/stat") as f:
+            host = parse_cpu_times(f.read(), os.sysconf("SC_CLK_TCK"))
+        return (self._broker.cpu_seconds(), sum(r.ru_utime + r.ru_stime for r in own), host.user + host.system)
+
+    def per_mb(self, mb: float) -> dict[str, float]:
+        now = self._marks()
+        broker, client, machine = (b - a for a, b in zip(self._start, now))
+        return {"cpu_ms_per_mb": broker * 1000 / mb, "client_ms_per_mb": client * 1000 / mb,
+                "machine_ms_per_mb": machine * 1000 / mb}
+
+
 def produce(broker: Any, topic: str, args: argparse.Namespace) -> dict[str, float]:
-    cpu0, t0 = broker.cpu_seconds(), time.monotonic()
+    cpu, t0 = CpuSplit(broker), time.monotonic()
     mb = args.records * args.record_bytes / 1e6
     if args.client == "librdkafka":
         got = _librdkafka_perf.produce(broker.kafka, topic, args.records, args.record_bytes,
                                        dict(kv.split("=", 1) for kv in args.producer_setting))
-        return {**got, "cpu_ms_per_mb": (broker.cpu_seconds() - cpu0) * 1000 / mb, "seconds": time.monotonic() - t0}
+        return {**got, **cpu.per_mb(mb), "seconds": time.monotonic() - t0}
     out = _tool("ProducerPerformance", "--topic", topic, "--num-records", str(args.records), "--record-size",
                 str(args.record_bytes), "--throughput", "-1", "--producer-props",
                 f"bootstrap.servers={broker.kafka}", *_settings(args.producer_setting))
-    cpu = broker.cpu_seconds() - cpu0
+    split = cpu.per_mb(mb)
     last = out.strip().splitlines()[-1]
     m = re.search(r"\(([\d.]+) MB/sec\).*?(\d+) ms 50th, \d+ ms 95th, (\d+) ms 99th", last)
     if m is None:
         raise SystemExit(f"cannot read ProducerPerformance's summary: {last!r}")
     return {"mb_s": float(m.group(1)) * 1.048576, "p50_ms": float(m.group(2)), "p99_ms": float(m.group(3)),
-            "cpu_ms_per_mb": cpu * 1000 / mb, "seconds": time.monotonic() - t0}
+            **split, "seconds": time.monotonic() - t0}
 
 
 def consume(broker: Any, topic: str, args: argparse.Namespace) -> dict[str, float]:
-    cpu0 = broker.cpu_seconds()
+    cpu = CpuSplit(broker)
     if args.client == "librdkafka":
         got = _librdkafka_perf.consume(broker.kafka, topic, args.partitions, args.records)
-        mb = got["records"] * args.record_bytes / 1e6
-        return {**got, "cpu_ms_per_mb": (broker.cpu_seconds() - cpu0) * 1000 / mb}
+        return {**got, **cpu.per_mb(got["records"] * args.record_bytes / 1e6)}
     out = _tool("ConsumerPerformance", "--bootstrap-server", broker.kafka, "--topic", topic, "--messages",
                 str(args.records), "--timeout", "120000")
-    cpu = broker.cpu_seconds() - cpu0
     header, row = out.strip().splitlines()[-2:]
     fields = dict(zip((h.strip() for h in header.split(",")), (v.strip() for v in row.split(","))))
     mb = int(fields["data.consumed.in.nMsg"]) * args.record_bytes / 1e6
     return {"mb_s": float(fields["fetch.MB.sec"]) * 1.048576, "records": float(fields["data.consumed.in.nMsg"]),
-            "cpu_ms_per_mb": cpu * 1000 / mb}
+            **cpu.per_mb(mb)}
 
 
 def one_run(target: Any, name: str, i: int, args: argparse.Namespace) -> tuple[dict, dict]:
@@ -124,16 +151,25 @@ def one_run(target: Any, name: str, i: int, args: argparse.Namespace) -> tuple[d
           "--partitions", str(args.partitions), *(a for kv in args.topic_config for a in ("--config", kv)))
     p = produce(target, topic, args)
     print(f"[bench] {name} run {i + 1}: produce {p['mb_s']:.1f} MB/s, p50 {p['p50_ms']:.0f} ms, "
-          f"p99 {p['p99_ms']:.0f} ms, broker CPU {p['cpu_ms_per_mb']:.1f} ms/MB", flush=True)
+          f"p99 {p['p99_ms']:.0f} ms, {_cpu_text(p)}", flush=True)
     c = consume(target, topic, args)
     print(f"[bench] {name} run {i + 1}: consume {c['mb_s']:.1f} MB/s ({c['records']:,.0f} records), "
-          f"broker CPU {c['cpu_ms_per_mb']:.1f} ms/MB", flush=True)
+          f"{_cpu_text(c)}", flush=True)
     return p, c
+
+
+def _cpu_text(r: dict[str, float]) -> str:
+    return (f"CPU ms/MB: broker {r['cpu_ms_per_mb']:.1f}, client {r['client_ms_per_mb']:.1f}, "
+            f"machine {r['machine_ms_per_mb']:.1f}")
 
 
 ROWS = (("produce MB/s", lambda r: r[0]["mb_s"]), ("produce p50 ms", lambda r: r[0]["p50_ms"]),
         ("produce p99 ms", lambda r: r[0]["p99_ms"]), ("produce broker CPU ms/MB", lambda r: r[0]["cpu_ms_per_mb"]),
-        ("consume MB/s", lambda r: r[1]["mb_s"]), ("consume broker CPU ms/MB", lambda r: r[1]["cpu_ms_per_mb"]))
+        ("produce client CPU ms/MB", lambda r: r[0]["client_ms_per_mb"]),
+        ("produce machine CPU ms/MB", lambda r: r[0]["machine_ms_per_mb"]),
+        ("consume MB/s", lambda r: r[1]["mb_s"]), ("consume broker CPU ms/MB", lambda r: r[1]["cpu_ms_per_mb"]),
+        ("consume client CPU ms/MB", lambda r: r[1]["client_ms_per_mb"]),
+        ("consume machine CPU ms/MB", lambda r: r[1]["machine_ms_per_mb"]))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -25,9 +25,14 @@ Static membership (KIP-345): a member that joins with a ``group.instance.id``
 gets its member id at once, and the group remembers which member id holds the
 instance id. The same instance joining again without a member id (a restart
 within the session timeout) takes over the old member's place under a new
-member id: in a stable group, with the same protocols and not the leader, with
-no rebalance (it gets the generation and, at SyncGroup, its assignment); else
-through a rebalance. The old member id is then fenced: its requests naming the
+member id. In a stable group whose protocol that leaves as it is (Kafka's
+rule: its subscription may differ, as the owned partitions in it do) there is
+no rebalance: it gets the generation and, at SyncGroup, its assignment; else
+the join goes on into a rebalance. The leader too (KIP-814): from JoinGroup
+v9 it is told it leads, with every member's subscription and
+``skip_assignment`` (it checks its metadata without assigning); before v9 the
+answer names the old leader id, so the client acts as a follower, as Kafka
+answers it. The old member id is then fenced: its requests naming the
 instance id answer FENCED_INSTANCE_ID. A static member leaves by its instance
 id or when its session expires; closing a static consumer sends no LeaveGroup,
 so a restart does not move its partitions. JoinGroup and SyncGroup wait for the
@@ -39,7 +44,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from .._errors import StaleGeneration, VersionConflict
@@ -82,6 +87,8 @@ class JoinResult:
     leader: str = ""
     members: tuple[Member, ...] = ()
     """Every member with its subscription: the leader's answer only."""
+    skip_assignment: bool = False
+    """The leader rejoined a stable group (KIP-814): the assignment stands, it need not assign."""
 
 
 @dataclass
@@ -152,7 +159,10 @@ class GroupCoordinator:
     # -- JoinGroup -------------------------------------------------------------------------------
     def join(self, group: str, member_id: str, *, client_id: str, client_host: str, session_timeout_ms: int,
              rebalance_timeout_ms: int, protocol_type: str, protocols: list[tuple[str, bytes]],
-             require_member_id: bool, group_instance_id: str | None = None) -> JoinResult:
+             require_member_id: bool, group_instance_id: str | None = None,
+             skip_assignment: bool = False) -> JoinResult:
+        """``skip_assignment``: the client understands it (JoinGroup v9+), so a static
+        leader's restart keeps its leadership without a rebalance (KIP-814)."""
         if not self.owns(group):
             return JoinResult(Code.NOT_COORDINATOR, member_id)
         if not 1 <= session_timeout_ms <= 30 * 60_000:
@@ -168,7 +178,7 @@ class GroupCoordinator:
             if not member_id:
                 member_id = f"{iid or client_id or 'member'}-{self._runtime.ids.uuid4()}"
                 if iid is not None and iid in g.static:
-                    rejoined = self._replace_static(g, iid, member_id, protocols, now)
+                    rejoined = self._replace_static(g, iid, member_id, protocols, now, skip_assignment)
                     if rejoined is not None:
                         return rejoined
                 elif require_member_id and iid is None:
@@ -205,7 +215,7 @@ class GroupCoordinator:
                     self._cond.wait(_TICK_S)
 
     def _replace_static(self, g: _Group, iid: str, member_id: str, protocols: list[tuple[str, bytes]],
-                        now: float) -> JoinResult | None:
+                        now: float, skip_assignment: bool) -> JoinResult | None:
         """A static member joining again: its old member moves to ``member_id``. The answer
         when no rebalance is needed; None when the join goes on (a rebalance)."""
         old_id = g.static[iid]
@@ -219,13 +229,22 @@ class GroupCoordinator:
         was_leader = g.leader == old_id
         if was_leader:
             g.leader = member_id
-        log.info("group %s: static member %s rejoined as %s (was %s)", g.name, iid, member_id, old_id)
-        if g.state != STABLE or was_leader or dict(m.protocols) != dict(protocols):
-            return None
+        m.protocols = protocols
+        if g.state != STABLE or self._select_protocol(g) != g.protocol:
+            log.info("group %s: static member %s rejoined as %s (was %s): rebalancing", g.name, iid, member_id, old_id)
+            return None  # Kafka's rule: only a change of the group's protocol rebalances
         if not self._store_generation(g, same_generation=True):  # the new member id commits in it
             return None
         self._cond.notify_all()
-        return JoinResult(Code.NONE, member_id, g.generation, g.protocol_type, g.protocol, g.leader)
+        answer = JoinResult(Code.NONE, member_id, g.generation, g.protocol_type, g.protocol, g.leader)
+        if was_leader and skip_assignment:
+            answer = replace(answer, members=tuple(g.members.values()), skip_assignment=True)
+        elif was_leader:
+            answer = replace(answer, leader=old_id)  # not its own id: the client acts as a follower
+        log.info("group %s: static member %s rejoined as %s (was %s) in generation %d%s", g.name, iid, member_id,
+                 old_id, g.generation, " as its leader" + (", skipping the assignor" if skip_assignment else
+                                                          ", answered as a follower") if was_leader else "")
+        return answer
 
     def _remove(self, g: _Group, member_id: str) -> Member | None:
         m = g.members.pop(member_id, None)
@@ -237,6 +256,13 @@ class GroupCoordinator:
     def _common(g: _Group, protocols: list[tuple[str, bytes]]) -> bool:
         names = {n for n, _ in protocols}
         return all(names & {n for n, _ in m.protocols} for m in g.members.values())
+
+    @staticmethod
+    def _select_protocol(g: _Group) -> str | None:
+        """The leader's first protocol that every member supports."""
+        members = g.members.values()
+        return next((n for n, _ in g.members[g.leader].protocols if all(n in dict(m.protocols) for m in members)),
+                    None) if g.leader in g.members else None
 
     def _prepare(self, g: _Group, now: float) -> None:
         """Start a rebalance: every member must join again."""
@@ -263,8 +289,7 @@ class GroupCoordinator:
         members = list(g.members.values())
         if g.leader not in g.members:
             g.leader = members[0].member_id
-        leader = g.members[g.leader]
-        g.protocol = next(n for n, _ in leader.protocols if all(n in dict(m.protocols) for m in members))
+        g.protocol = self._select_protocol(g)
         if not self._store_generation(g):
             # Another coordinator formed a later generation meanwhile: the members (still
             # joining) get the one after it, at the next tick.

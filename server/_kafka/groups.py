@@ -50,12 +50,13 @@ def join_group(svc: KafkaService, req: KafkaRequest) -> Any:
         session_timeout_ms=b.session_timeout_ms,
         rebalance_timeout_ms=b.rebalance_timeout_ms if v >= 1 else b.session_timeout_ms,
         protocol_type=b.protocol_type, protocols=[(p.name, bytes(p.metadata)) for p in b.protocols],
-        require_member_id=v >= 4, group_instance_id=b.group_instance_id if v >= 5 else None)
+        require_member_id=v >= 4, group_instance_id=b.group_instance_id if v >= 5 else None,
+        skip_assignment=v >= 9)
     members = [R.JoinGroupResponseMember(member_id=m.member_id, group_instance_id=m.group_instance_id,
                                          metadata=dict(m.protocols)[result.protocol]) for m in result.members]
     return R(throttle_time_ms=0, error_code=result.error, generation_id=result.generation,
              protocol_type=result.protocol_type, protocol_name=result.protocol if v >= 7 else (result.protocol or ""),
-             leader=result.leader, skip_assignment=False, member_id=result.member_id, members=members)
+             leader=result.leader, skip_assignment=result.skip_assignment, member_id=result.member_id, members=members)
 
 
 def sync_group(svc: KafkaService, req: KafkaRequest) -> Any:

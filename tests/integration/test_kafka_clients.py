@@ -259,8 +259,10 @@ def test_a_group_of_three_rebalances_when_one_leaves_and_resumes_from_its_commit
 def test_a_static_member_restarts_into_its_partitions_without_a_rebalance(brokers, unique_topic):
     """librdkafka with ``group.instance.id`` (KIP-345): closing a static member sends no
     LeaveGroup, and a new consumer with its instance id gets its partitions back while the
-    other member keeps its own, never revoked. (A restarting leader rebalances, as before
-    KIP-814, so the leader is made ``a`` by joining first and ``b`` restarts.)"""
+    other member keeps its own, never revoked. The follower ``b`` restarts, then the leader
+    ``a`` (it joined first): librdkafka's JoinGroup is older than v9, so it is answered the
+    old leader id and syncs as a follower (KIP-814). A third member then rebalances the group
+    under ``a``'s new member id, which must assign."""
     bootstrap = _bootstrap(brokers)
     # Both listeners must know each other before the group forms, or its coordinator moves
     # (and a's leadership with it) when their node lists converge.
@@ -297,11 +299,20 @@ def test_a_static_member_restarts_into_its_partitions_without_a_rebalance(broker
     assert _wait_for(lambda: owned([a, b]) == [2, 2]), f"{owned([a, b])}\n{logs()}"
     assert set(a.assignment()) == a_owned and set(b.assignment()) == b_owned
     assert [e for e in events[seen:] if e[0] == "a"] == [], logs()  # a saw no rebalance
+    a.close()
+    seen = len(events)
+    a = member("a")  # the leader's restart
+    assert _wait_for(lambda: owned([a, b]) == [2, 2]), f"{owned([a, b])}\n{logs()}"
+    assert set(a.assignment()) == a_owned and set(b.assignment()) == b_owned
+    assert [e for e in events[seen:] if e[0] == "b"] == [], logs()  # b saw no rebalance
     admin = AdminClient({"bootstrap.servers": bootstrap})  # kept: its futures end with it
     described = admin.describe_consumer_groups([group])[group].result(30)
     assert sorted(m.group_instance_id for m in described.members) == ["a", "b"]
-    a.close()
-    b.close()
+    c = member("c")
+    assert _wait_for(lambda: sorted(owned([a, b, c])) == [1, 1, 2]), f"{owned([a, b, c])}\n{logs()}"
+    assert len({p for m in (a, b, c) for p in m.assignment()}) == PARTITIONS
+    for m in (a, b, c):
+        m.close()
 
 
 def test_the_admin_client_alters_configs_adds_partitions_and_deletes_topics(brokers, unique_topic):

@@ -5,9 +5,14 @@ ProducerPerformance and ConsumerPerformance, ConsumerGroupCommand. Each runs as
 
 from __future__ import annotations
 
+import signal
 import subprocess
+import threading
+import time
 
 import pytest
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient
 
 from devstack import java, kafka_tools_classpath
 
@@ -73,3 +78,83 @@ def test_producer_and_consumer_performance_move_every_record(broker, unique_topi
     assert int(fields["data.consumed.in.nMsg"]) == 5000
     counts = [len(broker.client.consume_all(unique_topic, p)) for p in range(4)]
     assert sum(counts) == 5000
+
+
+class _JavaConsumer:
+    """A ConsoleConsumer in the background, its printed lines gathered as they come."""
+
+    def __init__(self, bootstrap: str, topic: str, group: str, instance: str) -> None:
+        self.lines: list[str] = []
+        self.proc = subprocess.Popen(
+            [java(), "-cp", kafka_tools_classpath(), TOOLS + "consumer.ConsoleConsumer", "--bootstrap-server",
+             bootstrap, "--topic", topic, "--group", group, "--consumer-property", f"group.instance.id={instance}",
+             "--consumer-property", "session.timeout.ms=30000", "--from-beginning"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self._reader = threading.Thread(target=lambda: self.lines.extend(iter(self.proc.stdout.readline, "")),
+                                        daemon=True)
+        self._reader.start()
+
+    def stop(self) -> None:
+        """SIGTERM: the tool closes its consumer, which, being static, sends no LeaveGroup."""
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(60)
+        self._reader.join(10)
+
+
+def _until(condition, timeout_s: float = 60) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def test_a_java_static_leader_restarts_and_skips_the_assignor(broker, unique_topic):
+    """KIP-814 with Kafka's Java client (JoinGroup v9): the static leader (a console consumer,
+    first to join) restarts; it is told it leads with ``skip_assignment``, gets its partitions
+    back at SyncGroup and reads them, and the other member (librdkafka) sees no rebalance."""
+    bs = ["--bootstrap-server", broker.kafka]
+    _tool("TopicCommand", *bs, "--create", "--topic", unique_topic, "--partitions", "4")
+    group = f"{unique_topic}-static"
+    admin = AdminClient({"bootstrap.servers": broker.kafka})
+
+    def members() -> list[str]:
+        described = admin.describe_consumer_groups([group])[group].result(30)
+        return sorted(m.group_instance_id for m in described.members) if described.state.name == "STABLE" else []
+
+    a = _JavaConsumer(broker.kafka, unique_topic, group, "a")
+    try:
+        assert _until(lambda: members() == ["a"]), "".join(a.lines)
+        events: list[str] = []
+        b = Consumer({"bootstrap.servers": broker.kafka, "group.id": group, "group.instance.id": "b",
+                      "auto.offset.reset": "earliest", "session.timeout.ms": 30000,
+                      "partition.assignment.strategy": "range"})
+        b.subscribe([unique_topic], on_assign=lambda _, ps: events.append(f"assign {len(ps)}"),
+                    on_revoke=lambda _, ps: events.append(f"revoke {len(ps)}"))
+        assert _until(lambda: b.poll(0.1) is None and len(b.assignment()) == 2), events
+        b_owned = {p.partition for p in b.assignment()}
+        a.stop()
+        seen = len(events)
+        a = _JavaConsumer(broker.kafka, unique_topic, group, "a")  # the leader's restart
+        producer = Producer({"bootstrap.servers": broker.kafka})
+        for i in range(40):
+            producer.produce(unique_topic, f"v{i}".encode(), partition=i % 4)
+        assert producer.flush(30) == 0
+        theirs = {f"v{i}" for i in range(40) if i % 4 not in b_owned}
+        got_b: set[str] = set()
+
+        def everything_read() -> bool:
+            msg = b.poll(0.1)
+            if msg is not None and msg.error() is None:
+                got_b.add(msg.value().decode())
+            return theirs <= {line.strip() for line in a.lines} and len(got_b) == 20
+
+        assert _until(everything_read), f"a: {a.lines[-20:]}\nb: {sorted(got_b)}\n{broker.log_tail(30)}"
+        assert events[seen:] == [], events  # b saw no rebalance
+        assert members() == ["a", "b"]
+        assert "static member a rejoined as" in broker.log_path.read_text()
+        assert "as its leader, skipping the assignor" in broker.log_path.read_text(), broker.log_tail(30)
+        b.close()
+    finally:
+        a.stop()

@@ -246,15 +246,52 @@ def test_a_static_member_restarting_takes_its_place_back_without_a_rebalance(wor
         offsets.commit("g", [(tp, 4, "")], generation=1, member=old)
 
 
-def test_a_static_leader_restarting_or_changing_protocols_rebalances(world):
+@pytest.mark.parametrize("v9", [True, False])
+def test_a_static_leader_restarting_keeps_the_assignment_without_a_rebalance(world, v9):
+    """KIP-814: from JoinGroup v9 the rejoined leader is told it leads, with every member and
+    ``skip_assignment``; before v9 it is answered the old leader id, so it acts as a follower."""
     c = world[0]
     joined = _form_static(world, ["a", "b"])
+    leader_iid, follower_iid = sorted(joined, key=lambda iid: joined[iid].member_id != joined[iid].leader)
+    old = joined[leader_iid].member_id
+    again = c.join("g", "", client_id="c", client_host="", session_timeout_ms=10_000, rebalance_timeout_ms=10_000,
+                   protocol_type="consumer", protocols=[("range", b"owned partitions")],
+                   require_member_id=True, group_instance_id=leader_iid, skip_assignment=v9)
+    assert (again.error, again.generation) == (Code.NONE, 1) and again.member_id != old
+    if v9:
+        assert again.leader == again.member_id and again.skip_assignment
+        assert {m.member_id for m in again.members} == {again.member_id, joined[follower_iid].member_id}
+    else:
+        assert (again.leader, again.members, again.skip_assignment) == (old, (), False)
+    assert c.describe("g")[0] == STABLE
+    assert c.heartbeat("g", joined[follower_iid].member_id, 1, follower_iid) == Code.NONE  # no rebalance
+    # Its SyncGroup (no assignments: it skipped the assignor, or thinks it follows) gets its own back.
+    assert c.sync("g", again.member_id, 1, {}, leader_iid)[3] == f"for-{leader_iid}".encode()
+    assert c.sync("g", joined[follower_iid].member_id, 1, {}, follower_iid)[3] == f"for-{follower_iid}".encode()
+    assert c.heartbeat("g", old, 1, leader_iid) == Code.FENCED_INSTANCE_ID
+    # It is the leader of the next generation, whichever answer it had.
+    pending = world[2].submit(_static_join, c, "c")
+    assert _wait_for(lambda: c.describe("g")[0] == PREPARING)
+    rejoin = [world[2].submit(_static_join, c, iid, j) for iid, j in
+              ((leader_iid, again.member_id), (follower_iid, joined[follower_iid].member_id))]
+    results = [f.result(10) for f in (pending, *rejoin)]
+    assert {r.generation for r in results} == {2} and {r.leader for r in results} == {again.member_id}
+
+
+def test_a_static_member_changing_the_group_s_protocol_rebalances(world):
+    """A new subscription alone does not (Kafka's rule, tested above); a rejoin that changes
+    which protocol the group would select does."""
+    c = world[0]
+    both = [("range", b""), ("roundrobin", b"")]
+    joined = _form_static(world, ["a", "b"], protocols=both)
     leader_iid = next(iid for iid, j in joined.items() if j.member_id == j.leader)
-    pending = world[2].submit(_static_join, c, leader_iid)
+    assert c.describe("g")[2] == "range"
+    pending = world[2].submit(_static_join, c, leader_iid, protocols=both[::-1])
     assert _wait_for(lambda: c.describe("g")[0] == PREPARING)
     world[1].advance(11)  # the other member does not rejoin within the rebalance timeout
     result = pending.result(10)
-    assert (result.error, result.generation) == (Code.NONE, 2) and result.member_id == result.leader
+    assert (result.error, result.generation, result.protocol) == (Code.NONE, 2, "roundrobin")
+    assert result.member_id == result.leader
 
 
 def test_a_static_member_leaves_by_instance_id_and_a_stale_member_id_is_fenced(world):

@@ -55,6 +55,8 @@ class World:
         self.commits: list[tuple[str, int, int, int]] = []
         """(member, generation, partition, stored generation at the commit)"""
         self.violations: list[str] = []
+        self.leader_restarts = {True: 0, False: 0}
+        """Static leaders that restarted into the same generation (no rebalance), by JoinGroup v9 or not."""
         self.flips = False
         self._init_log()
 
@@ -135,17 +137,19 @@ def _assign(members: list[str]) -> dict[str, bytes]:
 
 def _member(world: World, index: int, seed: int) -> None:
     """Even members are static (``group.instance.id``): they also restart, rejoining with no
-    member id, after which their old member id (a zombie) must not commit."""
+    member id, after which their old member id (a zombie) must not commit. Some speak
+    JoinGroup v9 (a restarted static leader is told to skip the assignor, KIP-814), some not."""
     rng = random.Random(seed)
     iid = f"i{index}" if index % 2 == 0 else None
-    member, generation, owned = "", -1, frozenset()
+    v9 = rng.random() < 0.5
+    member, generation, owned, leading = "", -1, frozenset(), False
     zombie: tuple[str, int] | None = None
     while not world.stop.is_set():
         c = world.current()
         if generation < 0:
             joined = c.join(GROUP, member, client_id=f"m{index}", client_host="", session_timeout_ms=3000,
                             rebalance_timeout_ms=3000, protocol_type="consumer", protocols=[("range", b"")],
-                            require_member_id=True, group_instance_id=iid)
+                            require_member_id=True, group_instance_id=iid, skip_assignment=v9)
             if joined.error == Code.MEMBER_ID_REQUIRED:
                 member = joined.member_id
                 continue
@@ -156,9 +160,14 @@ def _member(world: World, index: int, seed: int) -> None:
             member, generation = joined.member_id, joined.generation
             world.generations_seen.append(generation)
             if zombie is not None:
+                if leading and zombie[1] == generation:
+                    with world.lock:
+                        world.leader_restarts[v9] += 1
                 _zombie_commits(world, c, iid, *zombie)
                 zombie = None
-            plan = _assign([m.member_id for m in joined.members]) if joined.members else {}
+            leading = joined.leader == member or joined.skip_assignment
+            assigns = joined.members and not joined.skip_assignment
+            plan = _assign([m.member_id for m in joined.members]) if assigns else {}
             code, _, _, assignment = c.sync(GROUP, member, generation, plan, iid)
             _fenced(world, code, member, iid)
             if code != Code.NONE:
@@ -262,6 +271,7 @@ def test_random_schedules_keep_generations_assignments_and_commits_consistent(se
         for t in members:
             t.join(10)
     _check(world)
+    print(f"seed {seed}: static leader restarts without a rebalance: {world.leader_restarts}")
     assert world.commits, "the schedule committed nothing"
     assert len(set(world.generations_seen)) >= 2, "the schedule made no rebalance"
 
