@@ -57,11 +57,13 @@ carries the log start (``meta/control.log_start_offset``, 1 until
 retention moves it), so a consumer can reset to it; an uninitialized
 partition is UNKNOWN_TOPIC_OR_PARTITION; an offset past the high watermark
 waits and then answers no records with the same ``next_fetch_offset``. The
-service remembers each partition's log start from every control record it
-reads and reads it again when it is older than ``log_start_refresh_ms``
-(before the tail cache is asked), so a fetch below a log start that moved
-more than that long ago is refused even when the cache still holds the
-records; vacuum deletes them only a grace period later (SPEC 7.10).
+service remembers each partition's log start from the control records it
+reads (a refresh, a claim's check) and reads it again when it is older than
+``log_start_refresh_ms`` (before the tail cache is asked), so a fetch below a
+log start that moved more than that long ago is refused even when the cache
+still holds the records; vacuum deletes them only a grace period later (SPEC
+7.10). A control record one request read is used once more by the same
+request's round (``Fetch.control``) rather than read twice.
 """
 
 from __future__ import annotations
@@ -83,7 +85,7 @@ from .._protocol.http_json import (
     ConsumedPartition,
     ConsumeRequest,
 )
-from .consume_storage import Fetch, StorageReads
+from .consume_storage import Fetch, StorageReads, controls_of
 from .._protocol.record_spans import RecordSpan, take_records
 from .tail_cache import HIT, TAIL, NullTailCache, TailCache, TailSignals
 
@@ -218,6 +220,7 @@ class BrokerConsumeService:
         for f, got in zip(stale, self._controls(stale)):
             if isinstance(got, LlogError):
                 continue  # the storage read meets it again, and answers it
+            f.control = got  # the round's check of a tail claim, or its storage read, uses it
             self._see_log_start(f.tp, got.log_start_offset, now)
 
     def _see_log_start(self, tp: TopicPartition, log_start: int, at: float) -> None:
@@ -341,10 +344,12 @@ class BrokerConsumeService:
         """Check the cache's "nothing past the tail" claims against Oxia; return
         the partitions that do have more (written through another broker)."""
         more: list[Fetch] = []
+        now = time.monotonic()
         for f, outcome in zip(claims, self._controls(claims)):
             if isinstance(outcome, LlogError):
                 f.fail(outcome)
                 continue
+            self._see_log_start(f.tp, outcome.log_start_offset, now)  # as fresh as a refresh
             f.validated = True
             f.see_hw(outcome.high_watermark)
             f.see_log_start(outcome.log_start_offset)
@@ -362,8 +367,8 @@ class BrokerConsumeService:
         return more
 
     def _controls(self, fetches: Sequence[Fetch]) -> list[ControlRecord | LlogError]:
-        """Each partition's control record (or its LlogError), read together."""
-        return self.reader.controls([f.tp for f in fetches]) if fetches else []
+        """Each partition's control record (or its LlogError), read together (or this request's own)."""
+        return controls_of(self.reader, fetches)
 
     def _map(self, fn: Callable[[Any], T], args: list) -> list[T | LlogError]:
         """``fn`` over ``args`` (in parallel when more than one); an LlogError

@@ -11,7 +11,7 @@ partitions cost one range GET.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
 from .._errors import LlogError, ObjectNotFound, OffsetOutOfRange
 from .._log.reader import LeaderlessLogReader, ResolvedBatch, stored
@@ -23,7 +23,7 @@ from .._protocol.http_json import ConsumePartition
 from .index_cache import IndexCache
 from .._protocol.record_spans import RecordSpan
 
-__all__ = ["Fetch", "StorageReads", "MAX_BATCHES_PER_PARTITION"]
+__all__ = ["Fetch", "StorageReads", "MAX_BATCHES_PER_PARTITION", "controls_of"]
 
 MAX_BATCHES_PER_PARTITION = 256
 """Index entries one partition resolves per round (bounds one request's work)."""
@@ -49,6 +49,9 @@ class Fetch:
     """Oxia was ahead of the cache while this broker's own flush to the
     partition was in flight: wait for that flush to land in the cache."""
     stopped: bool = False
+    control: ControlRecord | LlogError | None = None
+    """The control record this request read for the log start and has not used since: the
+    round's next look at Oxia (a claim's check, a storage read) takes it instead of reading."""
 
     @property
     def active(self) -> bool:
@@ -71,6 +74,10 @@ class Fetch:
             "what was before it): reset to the log start", topic=self.tp.topic, partition=self.tp.partition,
             offset=self.next_offset, log_start_offset=self.log_start,
         )
+
+    def take_control(self) -> ControlRecord | LlogError | None:
+        control, self.control = self.control, None
+        return control
 
     def see_hw(self, hw: int | None) -> None:
         if hw is not None and (self.hw is None or hw > self.hw):
@@ -102,7 +109,7 @@ class StorageReads:
             0 if left_total <= 0 else max(1, min(left_total, f.req.partition_max_bytes - f.nbytes))
             for f in parts
         ]
-        controls = self.reader.controls([f.tp for f in parts])
+        controls = controls_of(self.reader, parts)
         plans = self._map(lambda a: self._plan(*a), list(zip(parts, budgets, controls)))
         items: list[tuple[PartitionKeys, ResolvedBatch]] = []
         owners: list[Fetch] = []
@@ -229,6 +236,16 @@ class StorageReads:
                 return
             yield RecordSpan.whole(b.start_offset, got).since(expected)
             expected = b.end_offset + 1
+
+
+def controls_of(reader: LeaderlessLogReader, fetches: Sequence[Fetch]) -> list[ControlRecord | LlogError]:
+    """Each partition's control record (or its LlogError): the one this request read and has
+    not used yet (``Fetch.control``), the others read now together (``reader.controls``)."""
+    out = [f.take_control() for f in fetches]
+    missing = [i for i, c in enumerate(out) if c is None]
+    for i, got in zip(missing, reader.controls([fetches[i].tp for i in missing]) if missing else ()):
+        out[i] = got
+    return out  # type: ignore[return-value]
 
 
 def _payload_estimate(batch: ResolvedBatch, from_offset: int) -> float:

@@ -192,6 +192,26 @@ def test_a_confirmed_tail_waits_locally_without_polling_oxia(env: Env) -> None:
     assert env.meta.calls.get("get", 0) - before == 1  # the one validation, no polling
 
 
+@pytest.mark.parametrize("cache", ["memory", "off"])
+def test_one_request_reads_a_partition_s_control_record_once(cache: str) -> None:
+    """The log-start refresh (due at a partition's first fetch) reads the control record; the
+    same request's check of the cache's tail claim (memory), or its storage read (off), uses
+    that one. A claim's check counts as a refresh."""
+    env = Env(cache)
+    try:
+        env.produce(("t", 0, [b"a"]))
+        before = env.meta.calls.get("get", 0)
+        (part,) = env.consume(("t", 0, 1 if cache == "off" else 2)).partitions
+        assert part.error is None and values(part) == (((1, b"a"),) if cache == "off" else ())
+        assert env.meta.calls.get("get", 0) - before == 1
+        if cache == "memory":
+            before = env.meta.calls.get("get", 0)
+            env.consume(("t", 0, 2))
+            assert env.meta.calls.get("get", 0) - before == 1  # the check, no refresh besides
+    finally:
+        env.close()
+
+
 def test_long_poll_returns_when_a_record_arrives(env: Env) -> None:
     env.produce(("t", 0, [b"a"]))
     poll = env.long_poll(("t", 0, 2), max_wait_ms=60_000)
