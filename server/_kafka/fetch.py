@@ -92,51 +92,68 @@ def _partition(part: Any) -> Any:
 
 def list_offsets(svc: KafkaService, req: KafkaRequest) -> Any:
     R = ListOffsetsResponse
+    asked = [(t.name, p.partition_index, p.timestamp) for t in req.body.topics for p in t.partitions]
+    found = iter(_offsets_of(svc, asked))
     topics = []
     for t in req.body.topics:
         parts = []
         for p in t.partitions:
-            code, offset, ts = Code.NONE, -1, -1
-            try:
-                offset, ts = _offset_of(svc, t.name, p.partition_index, p.timestamp)
-            except LlogError as exc:
-                code = error_code(exc)
+            code, offset, ts = next(found)
             parts.append(R.ListOffsetsTopicResponse.ListOffsetsPartitionResponse(
                 partition_index=p.partition_index, error_code=code, timestamp=ts, offset=offset, leader_epoch=0))
         topics.append(R.ListOffsetsTopicResponse(name=t.name, partitions=parts))
     return R[req.version](throttle_time_ms=0, topics=topics)
 
 
-def _offset_of(svc: KafkaService, topic: str, partition: int, timestamp: int) -> tuple[int, int]:
-    """``(Kafka offset, timestamp)`` ListOffsets answers for one partition."""
-    reader = svc.parts.reader
-    if reader is None or svc.parts.topics is None:
+def _offsets_of(svc: KafkaService, asked: list[tuple[str, int, int]]) -> list[tuple[int, int, int]]:
+    """``(error code, Kafka offset, timestamp)`` ListOffsets answers for each ``(topic, partition,
+    timestamp)``: the earliest and latest from the partitions' control records, read together (a
+    client asks for every partition it consumes at once); a time through the sparse index."""
+    out: list[tuple[int, int, int]] = [(Code.NONE, -1, -1)] * len(asked)
+    ends: list[int] = []
+    for i, (topic, partition, timestamp) in enumerate(asked):
+        try:
+            _check(svc, topic, partition)
+            if timestamp in (_EARLIEST, _LATEST):
+                ends.append(i)
+                continue
+            reader = svc.parts.reader
+            hit = (max_timestamp_offset(reader, topic, partition) if timestamp == _MAX_TIMESTAMP
+                   else offset_for_timestamp(reader, topic, partition, timestamp))
+            if hit is not None:
+                out[i] = (Code.NONE, kafka_offset(hit.offset), hit.timestamp_ms)
+        except LlogError as exc:
+            out[i] = (error_code(exc), -1, -1)
+    controls = svc.parts.reader.controls([TopicPartition(*asked[i][:2]) for i in ends]) if ends else []
+    for i, control in zip(ends, controls):
+        if isinstance(control, LlogError):
+            out[i] = (error_code(control), -1, -1)
+        elif asked[i][2] == _EARLIEST:
+            out[i] = (Code.NONE, kafka_offset(control.log_start_offset), -1)
+        else:
+            out[i] = (Code.NONE, control.high_watermark, -1)
+    return out
+
+
+def _check(svc: KafkaService, topic: str, partition: int) -> None:
+    """UnknownTopic unless this broker reads and ``topic``:``partition`` is a live topic's partition."""
+    if svc.parts.reader is None or svc.parts.topics is None:
         raise UnknownTopic("this broker does not read (role write)")
     if not is_valid(validate_topic, topic) or partition < 0:
         raise UnknownTopic(f"no topic-partition {topic!r}:{partition}")
     svc.parts.topics.check_consume(TopicPartition(topic, partition))
-    if timestamp in (_EARLIEST, _LATEST):
-        control = reader.control(topic, partition)
-        if timestamp == _EARLIEST:
-            return kafka_offset(control.log_start_offset), -1
-        return control.high_watermark, -1
-    found = (max_timestamp_offset(reader, topic, partition) if timestamp == _MAX_TIMESTAMP
-             else offset_for_timestamp(reader, topic, partition, timestamp))
-    return (-1, -1) if found is None else (kafka_offset(found.offset), found.timestamp_ms)
 
 
 def offset_for_leader_epoch(svc: KafkaService, req: KafkaRequest) -> Any:
     R = OffsetForLeaderEpochResponse
     T = R.OffsetForLeaderTopicResult
+    asked = [(t.topic, p.partition, _LATEST) for t in req.body.topics for p in t.partitions]
+    found = iter(_offsets_of(svc, asked))
     topics = []
     for t in req.body.topics:
         parts = []
         for p in t.partitions:
-            code, end = Code.NONE, -1
-            try:
-                _, end = _offset_of(svc, t.topic, p.partition, _LATEST)
-            except LlogError as exc:
-                code = error_code(exc)
+            code, end, _ = next(found)
             parts.append(T.EpochEndOffset(error_code=code, partition=p.partition, leader_epoch=0 if end >= 0 else -1,
                                           end_offset=end))
         topics.append(T(topic=t.topic, partitions=parts))

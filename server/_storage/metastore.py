@@ -116,6 +116,8 @@ class OxiaMetadataStore:
         as VersionConflict or MetadataStoreError naming the call and key."""
         try:
             yield
+        except LlogError:  # raised here already, in llog's words
+            raise
         except Exception as exc:  # grpc and the client raise many types
             raise self._fail(op, key, exc) from exc
 
@@ -268,6 +270,8 @@ class InMemoryMetadataStore:
             return None if hit is None else Record(key, hit[0], hit[1])
 
     def get_many(self, items: Sequence[tuple[str, str]]) -> list[Record | None]:
+        with self._lock:
+            self._enter("get_many", items[0][0] if items else "")
         return [self.get(k, pk) for k, pk in items]
 
     def ceiling(self, key: str, partition_key: str) -> Record | None:

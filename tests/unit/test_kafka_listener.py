@@ -20,7 +20,8 @@ from confluent_kafka import TopicPartition as CkTopicPartition
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest, MetadataResponse
-from kafka.protocol.consumer import FetchRequest, OffsetCommitRequest
+from kafka.protocol.consumer import (FetchRequest, ListOffsetsRequest, ListOffsetsResponse, OffsetCommitRequest,
+                                     OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse)
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from server._broker.kafka_front import KafkaFront
@@ -241,6 +242,41 @@ def test_a_log_append_time_topic_answers_the_time_it_stamped_and_a_create_time_t
     got = {m.topic: (m.timestamp, m.timestamp_type) for m in consumer}
     consumer.close()
     assert got == {"stamped": (times["stamped"], 1), "created": (1_000, 0)}
+
+
+def test_list_offsets_and_leader_epochs_answer_every_partition_from_one_read(kafka_cluster):
+    """ListOffsets v7: the earliest and latest of every partition asked come from their control
+    records read together; a time goes through the index; unknown partitions get their error
+    in place. OffsetForLeaderEpoch v4 answers the high watermark the same way."""
+    cluster, _, bootstrap = kafka_cluster
+    producer = KafkaProducer(bootstrap_servers=bootstrap)
+    for i in range(6):  # partition 0: 4 records at 1000, 2000, ...; partition 1: 2; 2 and 3 empty
+        producer.send("timed", value=b"v", partition=0 if i < 4 else 1, timestamp_ms=1000 * (i + 1))
+    producer.flush()
+    producer.close()
+    L = ListOffsetsRequest[7]
+    LP = L.ListOffsetsTopic.ListOffsetsPartition
+    asked = [(0, -2), (0, -1), (1, -1), (2, -1), (3, -2), (0, 2500), (0, 9999), (0, -3), (9, -1)]
+    req = L(replica_id=-1, isolation_level=0, topics=[
+        L.ListOffsetsTopic(name="timed", partitions=[LP(partition_index=p, current_leader_epoch=-1, timestamp=ts)
+                                                     for p, ts in asked]),
+        L.ListOffsetsTopic(name="no-such-topic", partitions=[LP(partition_index=0, current_leader_epoch=-1,
+                                                                timestamp=-1)])])
+    s = _connect(bootstrap)
+    before = cluster.meta.calls.get("get_many", 0)
+    resp = ListOffsetsResponse.decode(_request(s, _encoded(req, 7, 1))[5:], version=7)
+    got = [(p.error_code, p.offset, p.timestamp) for t in resp.topics for p in t.partitions]
+    assert got == [(0, 0, -1), (0, 4, -1), (0, 2, -1), (0, 0, -1), (0, 0, -1), (0, 2, 3000), (0, -1, -1),
+                   (0, 3, 4000), (3, -1, -1), (3, -1, -1)]
+    assert cluster.meta.calls.get("get_many", 0) - before == 1  # the five ends: one read
+    E = OffsetForLeaderEpochRequest[4]
+    req = E(replica_id=-2, topics=[E.OffsetForLeaderTopic(topic="timed", partitions=[
+        E.OffsetForLeaderTopic.OffsetForLeaderPartition(partition=p, current_leader_epoch=0, leader_epoch=0)
+        for p in (0, 1, 7)])])
+    resp = OffsetForLeaderEpochResponse.decode(_request(s, _encoded(req, 4, 2))[5:], version=4)
+    s.close()
+    assert [(p.error_code, p.leader_epoch, p.end_offset) for t in resp.topics for p in t.partitions] == [
+        (0, 0, 4), (0, 0, 2), (3, -1, -1)]
 
 
 def test_metadata_while_the_catalogue_cannot_be_read_is_retriable_and_keeps_the_connection(kafka_cluster):
