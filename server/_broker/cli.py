@@ -32,7 +32,6 @@ from .._storage.billing import S3Prices
 from .broker import Broker
 from .config import BrokerConfig
 from .http import BrokerHTTPServer
-from .kafka_front import KafkaFront
 
 from .._catalogue.topic_config import TopicDefaults
 
@@ -78,7 +77,11 @@ def serve(config: BrokerConfig, env: Mapping[str, str], stop: threading.Event) -
         broker.close()
         raise
     try:
-        kafka = KafkaFront(broker) if config.kafka_port is not None else None
+        kafka = None
+        if config.kafka_port is not None:
+            from .kafka_front import KafkaFront  # kafka-python's import (0.2 s) only for a broker that speaks Kafka
+
+            kafka = KafkaFront(broker)
     except BaseException:
         server.server_close()
         broker.close()

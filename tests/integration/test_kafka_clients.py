@@ -14,7 +14,7 @@ from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka import TopicPartition as CkPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
-from kafka.errors import CommitFailedError
+from kafka.errors import CommitFailedError, RebalanceInProgressError
 
 from .conftest import BrokerProcess, value_bytes
 
@@ -154,8 +154,8 @@ class _PyMember(threading.Thread):
                     self.seen[(m.partition, m.offset)] = m.value
             try:
                 self.consumer.commit()
-            except CommitFailedError:  # a rebalance began: the next poll rejoins, as an application does
-                continue
+            except (CommitFailedError, RebalanceInProgressError):  # a rebalance began (broker or client
+                continue  # saw it first): the next poll rejoins, as an application does
             self.owned = len(self.consumer.assignment())
         self.consumer.close()
 
