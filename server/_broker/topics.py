@@ -5,7 +5,11 @@ adoption of logs written before the catalogue, and the ``/topics`` routes.
   partition of a live topic. Records are cached for ``LLOG_BROKER_TOPIC_CACHE_MS``
   (a positive answer only: a miss or a partition past the cached count is read
   again at once, so a new topic or new partitions are seen at once; a deletion
-  by another broker within the cache time).
+  by another broker within the cache time). While Oxia cannot be read, a topic
+  read before keeps its last record (stale, not refused): Kafka's Metadata
+  answers from the broker's cache too, and a consumer group's leader that
+  sees no partitions assigns none (a static group keeps that assignment
+  until something rebalances it).
 - **Auto-creation** (``LLOG_AUTO_CREATE_TOPICS``, on by default): a produce to an
   unknown topic creates it with ``LLOG_TOPIC_DEFAULT_PARTITIONS`` partitions, as
   Kafka does (not as many as the request names: one request must not make a
@@ -26,7 +30,7 @@ from typing import Any, Callable, Iterable, Mapping
 from .._catalogue.catalogue import TopicCatalogue
 from .._catalogue.record import TopicRecord
 from .._catalogue.topic_config import TopicConfig
-from .._errors import InvalidRequest, TopicAlreadyExists, UnknownTopic
+from .._errors import InvalidRequest, MetadataStoreError, TopicAlreadyExists, UnknownTopic
 from .._http_server import Response
 from .._protocol.http_json import InvalidField, parse_json_body
 from .._protocol.keys import TopicPartition, validate_topic
@@ -113,7 +117,12 @@ class BrokerTopics:
             hit = self._cache.get(name)
         if hit is not None and self._clock() - hit[1] < self.cache_ms / 1000 and partition < hit[0].partitions:
             return hit[0]
-        topic = self.catalogue.get(name) or self._adopt(name)
+        try:
+            topic = self.catalogue.get(name) or self._adopt(name)
+        except MetadataStoreError:
+            if hit is not None and partition < hit[0].partitions:
+                return hit[0]  # Oxia is away: the record last read stands, as Kafka answers from its cache
+            raise
         if topic is None and create:
             count = self.catalogue.defaults.partitions
             if partition >= count:  # refused before anything is written, the topic included

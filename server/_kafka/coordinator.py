@@ -353,6 +353,8 @@ class GroupCoordinator:
                 for mid, member in g.members.items():
                     member.assignment = assignments.get(mid, b"")
                 g.state = STABLE
+                log.info("group %s: generation %d stable; assignment bytes per member: %s", g.name, g.generation,
+                         {mid: len(member.assignment) for mid, member in g.members.items()})
                 self._cond.notify_all()
             deadline = self._clock() + m.session_timeout_ms / 1000
             while g.state == COMPLETING and g.generation == generation and not self._stop.is_set():

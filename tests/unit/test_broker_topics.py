@@ -121,3 +121,27 @@ def test_a_deleted_topic_is_refused_by_the_broker_that_deleted_it_at_once(cluste
     assert b.produce(body(("orders", 0, ["b"]))).status == 404
     part = doc(b.consume(consume_body("orders", 0, 1)))["results"][0]
     assert part["error_type"] == "UnknownTopic"
+
+
+def test_a_known_topic_keeps_its_last_record_while_oxia_cannot_be_read():
+    """Stale, not refused: Metadata (and the produce and consume checks) keep answering a topic
+    read before; an unknown topic, or a partition past the known count, still needs Oxia."""
+    from server._broker.topics import BrokerTopics
+    from server._catalogue.catalogue import TopicCatalogue
+    from server._errors import MetadataStoreError
+    from server._protocol.keys import LogLayout, TopicPartition
+    from server._storage.metastore import InMemoryMetadataStore
+
+    meta, now = InMemoryMetadataStore(), [0.0]
+    topics = BrokerTopics(TopicCatalogue(meta, LogLayout("llog"), defaults=TopicDefaults()), cache_ms=1_000,
+                          clock=lambda: now[0])
+    topics.create("orders", 3)
+    assert topics.describe("orders").partitions == 3
+    now[0] += 60  # long past the cache time: the next look reads Oxia
+    meta.fail_next("get", times=10)
+    assert topics.describe("orders").partitions == 3
+    topics.check_consume(TopicPartition("orders", 2))
+    with pytest.raises(MetadataStoreError):
+        topics.check_consume(TopicPartition("orders", 3))
+    with pytest.raises(MetadataStoreError):
+        topics.describe("never-seen")

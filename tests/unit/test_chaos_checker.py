@@ -393,3 +393,18 @@ def test_a_consumer_group_that_skipped_a_record_or_died_is_a_violation() -> None
     assert group.check({0: 8, 1: 4}, {0: 3, 1: 1}) == []
     group.fatal.append("consumer 0: FENCED_INSTANCE_ID")
     assert [v.kind for v in group.check({0: 8, 1: 4}, {0: 3, 1: 1})] == ["group_fatal"]
+
+
+def test_a_consumer_group_that_never_reached_the_end_is_a_violation_even_when_retention_took_the_rest() -> None:
+    """A group stuck (say, on an empty assignment) skips nothing once retention has moved the
+    log start past every record; it is still behind."""
+    from types import SimpleNamespace
+
+    from testing._chaos_groups import GroupConsumers
+
+    group = GroupConsumers(SimpleNamespace(topic="t", partitions=2, kafka_bootstrap="unused"), threading.Event(), 2,
+                           seed=1)
+    group.records[("t", 0)].update({o: b"v" for o in range(5, 9)})
+    assert group.check({0: 8, 1: 6}, {0: 9, 1: 7}) == [
+        Violation("group_behind", "t", 1, 0, None, "group 'chaos-1' read up to offset 0 of 6")]
+    assert group.check({0: 8, 1: 0}, {0: 9, 1: 1}) == []  # an empty partition has no end to reach
