@@ -25,10 +25,10 @@ Static membership (KIP-345): a member that joins with a ``group.instance.id``
 gets its member id at once, and the group remembers which member id holds the
 instance id. The same instance joining again without a member id (a restart
 within the session timeout) takes over the old member's place under a new
-member id. In a stable group whose protocol that leaves as it is (Kafka's
-rule: its subscription may differ, as the owned partitions in it do) there is
-no rebalance: it gets the generation and, at SyncGroup, its assignment; else
-the join goes on into a rebalance. The leader too (KIP-814): from JoinGroup
+member id. When the group is stable and the rejoin leaves the group's
+protocol as it is (Kafka's rule: the subscription may differ, as the owned
+partitions in it do), there is no rebalance: it gets the generation and, at
+SyncGroup, its assignment; else the join goes on into a rebalance. The leader too (KIP-814): from JoinGroup
 v9 it is told it leads, with every member's subscription and
 ``skip_assignment`` (it checks its metadata without assigning); before v9 the
 answer names the old leader id, so the client acts as a follower, as Kafka
@@ -236,14 +236,15 @@ class GroupCoordinator:
         if not self._store_generation(g, same_generation=True):  # the new member id commits in it
             return None
         self._cond.notify_all()
-        answer = JoinResult(Code.NONE, member_id, g.generation, g.protocol_type, g.protocol, g.leader)
+        answer, role = JoinResult(Code.NONE, member_id, g.generation, g.protocol_type, g.protocol, g.leader), ""
         if was_leader and skip_assignment:
             answer = replace(answer, members=tuple(g.members.values()), skip_assignment=True)
+            role = " as its leader, skipping the assignor"
         elif was_leader:
             answer = replace(answer, leader=old_id)  # not its own id: the client acts as a follower
+            role = " as its leader, answered as a follower"
         log.info("group %s: static member %s rejoined as %s (was %s) in generation %d%s", g.name, iid, member_id,
-                 old_id, g.generation, " as its leader" + (", skipping the assignor" if skip_assignment else
-                                                          ", answered as a follower") if was_leader else "")
+                 old_id, g.generation, role)
         return answer
 
     def _remove(self, g: _Group, member_id: str) -> Member | None:
