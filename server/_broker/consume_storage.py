@@ -109,8 +109,13 @@ class StorageReads:
             0 if left_total <= 0 else max(1, min(left_total, f.req.partition_max_bytes - f.nbytes))
             for f in parts
         ]
-        controls = controls_of(self.reader, parts)
-        plans = self._map(lambda a: self._plan(*a), list(zip(parts, budgets, controls)))
+        args = list(zip(parts, budgets, controls_of(self.reader, parts)))
+        plans: list[Any] = [self._settled(*a) for a in args]
+        # Only partitions with records to read go to the index, in parallel: an idle
+        # partition at its end costs no task (a consumer at the tail names every one).
+        wanted = [i for i, plan in enumerate(plans) if plan is None]
+        for i, plan in zip(wanted, self._map(lambda a: self._plan(*a), [args[i] for i in wanted])):
+            plans[i] = plan
         items: list[tuple[PartitionKeys, ResolvedBatch]] = []
         owners: list[Fetch] = []
         planned: list[tuple[Fetch, list[ResolvedBatch]]] = []
@@ -146,16 +151,21 @@ class StorageReads:
             if batches and f.active
         }
 
-    def _plan(self, f: Fetch, budget: int, control: ControlRecord | LlogError) -> tuple[int, list[ResolvedBatch]]:
-        """The partition's high watermark and the batches worth fetching."""
+    @staticmethod
+    def _settled(f: Fetch, budget: int, control: ControlRecord | LlogError) -> tuple[int, list] | LlogError | None:
+        """The partition's plan when its control record decides it (an error, below the log
+        start, nothing past the fetch offset, no budget); None when the index must be read."""
         if isinstance(control, LlogError):
-            raise control
+            return control
         f.see_log_start(control.log_start_offset)
         if f.next_offset < f.log_start and not f.spans:
-            raise f.below_log_start()
+            return f.below_log_start()
         hw = control.high_watermark
-        if f.next_offset > hw or budget <= 0:
-            return hw, []
+        return (hw, []) if f.next_offset > hw or budget <= 0 else None
+
+    def _plan(self, f: Fetch, budget: int, control: ControlRecord) -> tuple[int, list[ResolvedBatch]]:
+        """The partition's high watermark and the batches worth fetching (``_settled`` said read)."""
+        hw = control.high_watermark
         batches: list[ResolvedBatch] = []
         est = 0.0
         for b in self.index.batches(f.tp, f.next_offset, control):
