@@ -24,7 +24,6 @@ flight than against a disk broker (WarpStream and Inkless say the same).
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import resource
 import subprocess
@@ -37,7 +36,7 @@ from statistics import median
 
 from loadtest import _librdkafka_perf
 from loadtest._common import Broker, stack_env
-from loadtest._harness.procfs import parse_cpu_times
+from loadtest._harness.procfs import clock_ticks, parse_cpu_times
 from loadtest._kafka_server import KafkaServer
 
 PRODUCER_SETTINGS = ("acks=all", "batch.size=1048576", "linger.ms=50", "max.request.size=16777216",
@@ -102,7 +101,7 @@ class CpuSplit:
     def _marks(self) -> tuple[float, float, float]:
         own = [resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
         with open("/proc/stat") as f:
-            host = parse_cpu_times(f.read(), os.sysconf("SC_CLK_TCK"))
+            host = parse_cpu_times(f.read(), clock_ticks())
         return (self._broker.cpu_seconds(), sum(r.ru_utime + r.ru_stime for r in own), host.user + host.system)
 
     def per_mb(self, mb: float) -> dict[str, float]:

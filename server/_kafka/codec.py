@@ -49,7 +49,7 @@ from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
 
 from .._errors import InvalidRequest
 
-__all__ = ["Api", "APIS", "API_VERSIONS", "PRODUCE", "MalformedFrame", "KafkaRequest", "decode_request", "peek_header",
+__all__ = ["Api", "APIS", "API_VERSIONS", "PRODUCE", "FETCH", "OFFSET_COMMIT", "MalformedFrame", "KafkaRequest", "decode_request", "peek_header",
            "encode_response", "SIZE"]
 
 SIZE = struct.Struct(">i")
@@ -122,7 +122,7 @@ _SERVED = (
 )
 APIS: dict[int, Api] = {cls.API_KEY: Api(cls.API_KEY, cls, lo, hi, served) for cls, lo, hi, served in _SERVED}
 API_VERSIONS = ApiVersionsRequest.API_KEY
-PRODUCE = ProduceRequest.API_KEY
+PRODUCE, FETCH, OFFSET_COMMIT = ProduceRequest.API_KEY, FetchRequest.API_KEY, OffsetCommitRequest.API_KEY
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from .._log.reader import LeaderlessLogReader
 from .._metrics import LlogMetrics
 from .._runtime import Runtime
 from . import admin, cluster, fetch, groups, produce
-from .codec import PRODUCE, KafkaRequest, encode_response
+from .codec import FETCH, OFFSET_COMMIT, PRODUCE, KafkaRequest, encode_response
 from .gather import Answer, RecordParts, encode_gathered
 from .coordinator import GroupCoordinator
 from .nodes import Nodes
@@ -105,7 +105,7 @@ class KafkaService:
         if request.api.key == PRODUCE:
             finish = produce.start_produce(self, request)
             return lambda: self._answer(request, finish(), started)
-        if request.api.key == _OFFSET_COMMIT:
+        if request.api.key == OFFSET_COMMIT:
             answer = self.handle(request, started)
             return lambda: answer
         return lambda: self.handle(request, started)
@@ -123,13 +123,10 @@ class KafkaService:
         self.metrics.inc("kafka_requests_total", api=api, error=str(_top_error(response)))
         if response is None:
             return None
-        if request.api.key == _FETCH:
+        if request.api.key == FETCH:
             return encode_gathered(response, request.version, request.correlation_id, _record_parts(response),
                                    response.flexible_version_q(request.version), self.runtime.ids.uuid4().bytes)
         return encode_response(request, response)
-
-
-_FETCH, _OFFSET_COMMIT = 1, 8
 
 
 def _record_parts(response: Any) -> list[RecordParts]:
