@@ -351,7 +351,7 @@ class LeaderlessLogWriter(Closeable):
                 backoff = self._backoff_or_raise(backoff, keys, "reserve offsets")
             except MetadataStoreError as exc:
                 # The CAS may have landed even though we got no answer.
-                landed, reserved_version = self._resolve_ambiguous(keys, pending)
+                landed, held = self._resolve_ambiguous(keys, pending)
                 if landed is Landed.UNKNOWN:
                     self.metrics.inc("writer_outcome_unknown_total")
                     raise OutcomeUnknown(
@@ -364,6 +364,9 @@ class LeaderlessLogWriter(Closeable):
                     state = None
                     backoff = self._backoff_or_raise(backoff, keys, "reserve offsets")
                     continue
+                # What Oxia holds now, with our pending: others may have changed the rest since
+                # (retention's log start), so caching our own copy would write it back.
+                reserved, reserved_version = held if held is not None else (reserved, None)
                 break
 
         # Our reservation replaced whatever pending the control held, our own
@@ -395,10 +398,11 @@ class LeaderlessLogWriter(Closeable):
         self._own.remember(keys.tp, pending, created)
         self._remember(keys.tp, reserved, reserved_version)
 
-    def _resolve_ambiguous(self, keys: PartitionKeys, pending: PendingAppend) -> tuple[Landed, int | None]:
+    def _resolve_ambiguous(self, keys: PartitionKeys,
+                           pending: PendingAppend) -> tuple[Landed, tuple[ControlRecord, int] | None]:
         """After a lost reply to our reserve CAS, decide whether it landed
-        (``recovery.reservation_landed``); when it did, also the control
-        version still holding our pending (None: a later writer took over)."""
+        (``recovery.reservation_landed``); when it did, also the control record
+        and version still holding our pending (None: a later writer took over)."""
         self._forget(keys.tp)
         try:
             # Not settled against our previous pending: our own reservation
@@ -408,7 +412,7 @@ class LeaderlessLogWriter(Closeable):
         except LlogError:
             return Landed.UNKNOWN, None
         own = control.pending is not None and control.pending.append_id == pending.append_id
-        return landed, version if own else None
+        return landed, (control, version) if own else None
 
     # -- helpers ---------------------------------------------------------------
     def _new_append_id(self) -> str:

@@ -169,3 +169,12 @@ def test_vacuum_keeps_a_materialized_pending_s_key_seed_2011():
     redundant while the pending was still in the control record (8.1, invariant 8)."""
     result = run_seed(2011)
     assert result.order_hash  # ran to its end: every step's invariants held
+
+
+def test_a_reservation_whose_reply_was_lost_caches_what_oxia_holds_seed_2805():
+    """Seed 2805 (past the sweep): a writer's reserve CAS landed but its reply was lost;
+    retention then moved the log start (keeping the pending), and the writer, having
+    found its pending still there, cached its own copy of the record under the newer
+    version, so its next reservation wrote the log start back to 1 (8.1, invariant 10)."""
+    result = run_seed(2805)
+    assert result.order_hash  # ran to its end: every step's invariants held
