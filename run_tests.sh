@@ -1,16 +1,32 @@
 #!/usr/bin/env bash
 # Run the test suite in the cached virtualenv. Extra arguments go to pytest;
-# when they name test paths only those run, e.g.
+# when they name test paths only those run (in one process), e.g.
 #   ./run_tests.sh tests/integration/test_devstack.py -k cluster
+# Without paths, the whole suite runs in two phases: the unit tests on every
+# core (pytest-xdist; LLOG_TEST_WORKERS overrides the count), then the
+# integration tests one at a time, since they start real services and some
+# measure rates, so each gets the machine to itself.
 set -euo pipefail
 cd "$(dirname "$0")"
 source scripts/env.sh
 
-targets=(tests)
+pytest_=("$LLOG_PY" -m pytest -q -p no:cacheprovider)
 for arg in "$@"; do
     if [[ "$arg" != -* && -e "${arg%%::*}" ]]; then
-        targets=()  # the caller chose the paths
-        break
+        exec "${pytest_[@]}" "$@"  # the caller chose the paths
     fi
 done
-exec "$LLOG_PY" -m pytest "${targets[@]}" -q -p no:cacheprovider "$@"
+
+set +e
+"${pytest_[@]}" tests/unit -n "${LLOG_TEST_WORKERS:-auto}" "$@"
+unit=$?
+"${pytest_[@]}" tests/integration "$@"
+integration=$?
+set -e
+echo "unit tests: exit $unit; integration tests: exit $integration (5: none selected)"
+# One exit status: the first failing phase's, 0 if the rest passed or selected nothing.
+for rc in "$unit" "$integration"; do
+    if ((rc != 0 && rc != 5)); then exit "$rc"; fi
+done
+if ((unit == 5 && integration == 5)); then exit 5; fi
+exit 0

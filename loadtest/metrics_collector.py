@@ -43,6 +43,7 @@ from typing import Any, Mapping, Sequence
 
 from loadtest._harness.json_files import load_checked_json
 from loadtest._harness.procfs import ProcessSample, clock_ticks, sample_host, sample_process
+from server._signals import wait_for_stop
 
 __all__ = ["METRICS_FILE", "MetricsCollector", "load_stack", "main"]
 
@@ -242,7 +243,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: done.set())
         collector.start()
-        done.wait(args.duration)
+        wait_for_stop(done, args.duration)
         collector.stop()
     collector.sample_now()
     print(f"{collector.samples_written} samples appended to {collector.out_path}", file=sys.stderr)

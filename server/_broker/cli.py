@@ -28,6 +28,7 @@ from typing import Mapping, Sequence
 from .._config import BatchConfig, OxiaConfig, ProducerStateConfig, S3Config
 from .._errors import ConfigError, LlogError
 from .._settings import Flags, environment_help
+from .._signals import wait_for_stop
 from .._storage.billing import S3Prices
 from .broker import Broker
 from .config import BrokerConfig
@@ -102,7 +103,7 @@ def serve(config: BrokerConfig, env: Mapping[str, str], stop: threading.Event) -
                      kafka.nodes.me.node_id if kafka.nodes else -1)
         log.info("broker %s (role %s) listening on http://%s:%d", config.broker_id, config.role, config.host,
                  broker.port)
-        stop.wait()
+        wait_for_stop(stop)
     finally:
         log.info("broker %s shutting down", config.broker_id)
         server.shutdown()  # stop accepting

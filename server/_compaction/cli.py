@@ -26,6 +26,7 @@ from .tasks import TaskOutcome
 from .._config import OxiaConfig, S3Config
 from .._errors import ConfigError, LlogError
 from .._settings import Flags, environment_help
+from .._signals import wait_for_stop
 from .._storage.billing import S3Prices
 
 __all__ = ["main", "parse_args", "config_from_args", "FLAGS", "ENVIRONMENT"]
@@ -115,8 +116,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
 
     try:
         service.start()
-        while not stopping.wait(0.5):
-            pass
+        wait_for_stop(stopping)
     except OSError as exc:  # typically the HTTP port is taken
         print(f"llog-compactor: cannot serve HTTP on {config.bind_host}:{config.port}: {exc}", file=sys.stderr)
         return 1

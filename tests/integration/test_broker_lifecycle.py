@@ -14,6 +14,7 @@ import pytest
 
 from tests._exposition import sample_value
 from tests._records import stored_size
+from tests._signals import signal_a_worker_thread
 from tests._waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -133,6 +134,17 @@ def test_sigterm_answers_accepted_produce_requests_then_exits(broker_factory) ->
         b.new_client().request("GET", "/health")
     reader = broker_factory("read")
     assert [x for _, x in reader.client.consume_all("t", 0)] == [b"kept"]
+
+
+def test_sigterm_taken_by_a_worker_thread_still_stops_the_broker(broker_factory) -> None:
+    """The kernel may hand SIGTERM to any of the broker's threads (gRPC's,
+    the listeners'); the broker must shut down gracefully all the same, not
+    wait for a SIGKILL."""
+    b = broker_factory(env={"LLOG_KAFKA_PORT": "0"})
+    assert b.client.produce([{"topic": "t", "partition": 0, "records": ["a"]}]).status == 200
+    signal_a_worker_thread(b.proc.pid, signal.SIGTERM)
+    assert b.proc.wait(10) == 0
+    assert "stopped" in b.log_path.read_text()
 
 
 def test_sigterm_wakes_long_polls(broker_factory) -> None:

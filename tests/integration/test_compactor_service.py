@@ -21,6 +21,7 @@ import pytest
 
 from server._config import OxiaConfig, S3Config
 from tests._exposition import sample_value
+from tests._signals import signal_a_worker_thread
 from devstack import OxiaServerPorts, OxiaStandalone, ensure_oxia, free_ports
 from server._protocol.keys import LogLayout, TopicPartition
 from server._protocol.records import CompactionCursor, CompactorClaim, ControlRecord
@@ -275,6 +276,15 @@ def test_sigterm_lets_the_run_in_flight_finish_and_releases_its_claim(services, 
     assert fully_compacted(meta, keys)
     assert [r.payload for r in reader.iter_from("orders", 0, 1)] == written[tp]
     assert "stopped" in svc.output()
+
+
+def test_sigterm_taken_by_a_worker_thread_still_stops_the_service(services):
+    """As the broker's: whichever thread the kernel hands SIGTERM to, the service stops gracefully."""
+    svc = services("svc-w", args=("--targets", "orders:0"))
+    svc.wait_healthy()
+    signal_a_worker_thread(svc.proc.pid, signal.SIGTERM)
+    assert svc.proc.wait(10) == 0, svc.output()
+    assert "SIGTERM: shutting down" in svc.output()
 
 
 # -- discovery, HTTP, vacuum, CLI ---------------------------------------------------------------------------

@@ -2,7 +2,8 @@
 
 Layers, lowest first (ARCHITECTURE.md, "Code map")::
 
-    foundations  _errors, _runtime, _retry   (_retry takes its clock and jitter from _runtime)
+    foundations  _errors, _runtime, _retry, _signals   (_retry takes its clock and jitter
+                 from _runtime; _signals: the main thread's wait for a stop)
     protocol     _protocol/     metrics  _metrics/   settings  _settings
                  (side by side; _settings: how a config field declares its setting)
     config       _config            (validates the root prefix with protocol.keys)
@@ -42,6 +43,7 @@ LAYERS: dict[str, int] = {
     "server._errors": 0,
     "server._runtime": 0,
     "server._retry": 0,
+    "server._signals": 0,
     "server._metrics": 1,
     "server._protocol": 1,
     "server._settings": 1,

@@ -50,7 +50,7 @@ def first_failure(seeds: range) -> SimFailure | None:
 
 @pytest.mark.timeout(900)  # ~55 s on an idle 2-core machine; the default 300 s is too tight under load
 def test_seed_sweep_passes():
-    """The suite's sweep, on every core (the rest of the suite runs on one)."""
+    """The suite's sweep, on every core."""
     started = time.perf_counter()
     result = sweep(range(SEEDS))
     elapsed = time.perf_counter() - started
