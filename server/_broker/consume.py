@@ -71,6 +71,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence, TypeVar
@@ -285,13 +286,14 @@ class BrokerConsumeService:
         candidates: dict[int, list[RecordSpan]] = {}
         claims: list[Fetch] = []
         storage: list[Fetch] = []
+        looked: Counter[str] = Counter()  # one metric update per kind, not per partition
         for f in todo:
             if not f.active:
                 continue
             # Up to the partition's own limit (plus one oversized first record);
             # the response-wide limit is applied below.
             look = self.cache.lookup(f.tp, f.next_offset, f.req.partition_max_bytes - f.nbytes, None)
-            self.metrics.inc("tail_cache_lookups_total", result=look.kind)
+            looked[look.kind] += 1
             if look.kind == HIT:
                 candidates[id(f)] = look.spans
                 f.see_hw(look.high_watermark)
@@ -309,6 +311,8 @@ class BrokerConsumeService:
                     claims.append(f)
             else:
                 storage.append(f)
+        for kind, n in looked.items():
+            self.metrics.inc("tail_cache_lookups_total", n, result=kind)
         if claims:
             for f in self._validate(claims):
                 # Oxia is ahead: our own flush may have reached the cache while

@@ -22,6 +22,7 @@ from .._config import OxiaConfig
 from .._errors import LlogError, MetadataStoreError, VersionConflict
 from .._metrics import LlogMetrics
 from .._protocol.keys import oxia_sort_key
+from .oxia_read import READ_METHOD, STATUS_KEY_NOT_FOUND, STATUS_OK, decode_read_response, encode_read_request
 
 __all__ = [
     "EXPECT_ABSENT",
@@ -83,10 +84,7 @@ class OxiaMetadataStore:
         from . import oxia_compat
 
         oxia_compat.apply()
-        from oxia.internal.proto.io.streamnative.oxia import proto as pb  # the client's own messages
-
         self._oxia = oxia
-        self._pb = pb
         self._metrics = metrics or LlogMetrics()
         self._config = config
         try:
@@ -143,7 +141,6 @@ class OxiaMetadataStore:
         per key: a fetch of 64 partitions at their end reads 64 control records."""
         if len(items) <= 1:
             return [self.get(k, pk) for k, pk in items]
-        pb = self._pb
         by_shard: dict[int, tuple[Any, list[int]]] = {}
         with self._metrics.oxia_op("get_many"), self._translated("get_many", items[0][0]):
             discovery = self._client._service_discovery
@@ -152,17 +149,16 @@ class OxiaMetadataStore:
                 by_shard.setdefault(shard, (stub, []))[1].append(i)
             out: list[Record | None] = [None] * len(items)
             for shard, (stub, idxs) in by_shard.items():
-                gets = [pb.GetRequest(key=items[i][0], comparison_type=pb.KeyComparisonType.EQUAL,
-                                      include_value=True) for i in idxs]
-                answers = [g for res in stub.read(pb.ReadRequest(shard=shard, gets=gets)) for g in res.gets]
+                read = stub._channel.unary_stream(READ_METHOD, None, decode_read_response)  # oxia_read.py: why
+                answers = [g for gets in read(encode_read_request(shard, [items[i][0] for i in idxs])) for g in gets]
                 if len(answers) != len(idxs):
                     raise MetadataStoreError(f"Oxia answered {len(answers)} of {len(idxs)} gets")
                 for i, got in zip(idxs, answers):
-                    if got.status == pb.Status.KEY_NOT_FOUND:
+                    if got.status == STATUS_KEY_NOT_FOUND:
                         continue
-                    if got.status != pb.Status.OK:
+                    if got.status != STATUS_OK or got.version_id is None:
                         raise MetadataStoreError(f"Oxia get of {items[i][0]!r}: status {got.status}")
-                    out[i] = Record(items[i][0] if got.key is None else got.key, got.value, got.version.version_id)
+                    out[i] = Record(items[i][0] if got.key is None else got.key, got.value, got.version_id)
         return out
 
     def ceiling(self, key: str, partition_key: str) -> Record | None:

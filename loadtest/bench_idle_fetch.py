@@ -1,0 +1,97 @@
+"""What idle Kafka consumers cost a broker: CPU per fetch at the end of empty partitions.
+
+librdkafka consumers assigned to the end of every partition of an empty topic
+fetch every ``fetch.wait.max.ms`` (500 ms) and get nothing; each fetch still
+reads every partition's control record from Oxia (another broker may have
+written). The benchmark starts a broker with its Kafka listener (on a private
+local stack unless ``LLOG_OXIA_SERVICE_ADDRESS`` names one), lets the
+consumers settle, then measures for ``--seconds``: the broker's CPU (share of
+one core), fetches per second and CPU per fetch; ``--repeat`` runs and their
+medians.
+
+    python -m loadtest.bench_idle_fetch --consumers 4 --partitions 64 --repeat 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from contextlib import ExitStack
+from pathlib import Path
+
+from loadtest._common import Broker, stack_env
+from server.client import ensure_topic, parse_broker_list
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m loadtest.bench_idle_fetch", description=__doc__.split("\n\n")[0])
+    p.add_argument("--consumers", type=int, default=4, help="idle librdkafka consumers (default 4)")
+    p.add_argument("--partitions", type=int, default=64, help="partitions of the empty topic (default 64)")
+    p.add_argument("--seconds", type=float, default=20.0, help="measured seconds per run (default 20)")
+    p.add_argument("--settle-s", type=float, default=8.0, help="seconds before measuring (default 8)")
+    p.add_argument("--repeat", type=int, default=3, help="runs; medians are printed (default 3)")
+    args = p.parse_args(argv)
+    if args.consumers < 1 or args.partitions < 1 or args.seconds <= 0 or args.repeat < 1:
+        p.error("--consumers, --partitions, --seconds and --repeat must be positive")
+    return args
+
+
+def _fetches(broker: Broker) -> float:
+    with urllib.request.urlopen(broker.url + "/metrics", timeout=10) as answer:
+        return json.load(answer)["counters"]["kafka_requests_total"].get("api=Fetch,error=0", 0)
+
+
+def one_run(broker: Broker, args: argparse.Namespace, i: int) -> dict[str, float]:
+    from confluent_kafka import OFFSET_END, Consumer, TopicPartition
+
+    topic = f"idle-{uuid.uuid4().hex[:8]}"
+    ensure_topic(parse_broker_list([broker.url]), topic, args.partitions)
+    consumers = []
+    for n in range(args.consumers):
+        c = Consumer({"bootstrap.servers": broker.kafka, "group.id": f"{topic}-{n}", "enable.auto.commit": False})
+        c.assign([TopicPartition(topic, p, OFFSET_END) for p in range(args.partitions)])
+        consumers.append(c)
+    try:
+        def poll_for(seconds: float) -> None:
+            end = time.monotonic() + seconds
+            while time.monotonic() < end:
+                for c in consumers:
+                    c.poll(0.05)
+
+        poll_for(args.settle_s)
+        f0, cpu0, t0 = _fetches(broker), broker.cpu_seconds(), time.monotonic()
+        poll_for(args.seconds)
+        fetches, cpu, elapsed = _fetches(broker) - f0, broker.cpu_seconds() - cpu0, time.monotonic() - t0
+    finally:
+        for c in consumers:
+            c.close()
+    run = {"core_percent": cpu / elapsed * 100, "fetches_per_s": fetches / elapsed,
+           "cpu_ms_per_fetch": cpu / max(fetches, 1) * 1000}
+    print(f"[idle] run {i + 1}/{args.repeat}: broker CPU {run['core_percent']:.1f}% of a core, "
+          f"{run['fetches_per_s']:.1f} fetches/s, {run['cpu_ms_per_fetch']:.2f} ms of CPU per fetch", flush=True)
+    return run
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    with ExitStack() as stack:
+        env = stack_env(stack)
+        logs = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="llog-idle-")))
+        broker = Broker(env, "both", logs / "broker.log", ["--kafka-port", "0"])
+        stack.callback(broker.stop)
+        runs = [one_run(broker, args, i) for i in range(args.repeat)]
+    med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+    print(f"{args.consumers} idle consumers x {args.partitions} partitions, medians of {args.repeat}: "
+          f"broker CPU {med['core_percent']:.1f}% of a core, {med['fetches_per_s']:.1f} fetches/s, "
+          f"{med['cpu_ms_per_fetch']:.2f} ms of CPU per fetch")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
