@@ -19,15 +19,16 @@ __all__ = ["wait_until"]
 T = TypeVar("T")
 
 
-def wait_until(predicate: Callable[[], T], timeout_s: float = 10.0, what: str = "the condition",
-               *, interval_s: float = 0.01) -> T:
+def wait_until(predicate: Callable[[], T], timeout_s: float = 10.0,
+               what: str | Callable[[], str] = "the condition", *, interval_s: float = 0.01) -> T:
     """Call ``predicate`` until it returns a truthy value and return that value;
-    raise AssertionError naming ``what`` if ``timeout_s`` passes first."""
+    raise AssertionError naming ``what`` if ``timeout_s`` passes first (a
+    callable ``what`` is called then, so it can show the state at the failure)."""
     deadline = time.monotonic() + timeout_s
     while True:
         value = predicate()
         if value:
             return value
         if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
+            raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what() if callable(what) else what}")
         time.sleep(interval_s)

@@ -16,6 +16,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import CommitFailedError, RebalanceInProgressError
 
+from tests._waiting import wait_until
+
 from .conftest import BrokerProcess, value_bytes
 
 PARTITIONS = 4
@@ -160,13 +162,6 @@ class _PyMember(threading.Thread):
         self.consumer.close()
 
 
-def _wait_for(condition, timeout_s: float = 60) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not condition() and time.monotonic() < deadline:
-        time.sleep(0.1)  # polling the members' progress, not synchronizing with them
-    return condition()
-
-
 def test_kafka_python_consumers_share_a_group_rebalance_and_resume(brokers, unique_topic):
     bootstrap = _bootstrap(brokers)
     _create(bootstrap, unique_topic)
@@ -177,19 +172,21 @@ def test_kafka_python_consumers_share_a_group_rebalance_and_resume(brokers, uniq
     members = [_PyMember(bootstrap, group, unique_topic, seen, lock) for _ in range(3)]
     for m in members:
         m.start()
-    assert _wait_for(lambda: len(seen) == 120), len(seen)
-    assert _wait_for(lambda: sum(m.owned for m in members) == PARTITIONS and max(m.owned for m in members) < 4)
+    wait_until(lambda: len(seen) == 120, 60, lambda: f"{len(seen)} of 120 records read", interval_s=0.1)
+    wait_until(lambda: sum(m.owned for m in members) == PARTITIONS and max(m.owned for m in members) < 4, 60,
+               lambda: f"owned {[m.owned for m in members]}", interval_s=0.1)
     leaving = members.pop()
     leaving.halt.set()
     leaving.join(30)
     _ck_produce(bootstrap, unique_topic, [(b"%d" % i, b"py2-%d" % i) for i in range(120)])
-    assert _wait_for(lambda: len(seen) == 240), len(seen)
+    wait_until(lambda: len(seen) == 240, 60, lambda: f"{len(seen)} of 240 records read", interval_s=0.1)
 
     def committed() -> int:  # Kafka's committed offsets (llog's - 1), summed over the partitions
         reply = brokers[1].client.request("GET", f"/groups/{group}/offsets")
         return sum(o["offset"] - 1 for o in reply.json["offsets"]) if reply.status == 200 else 0
 
-    assert _wait_for(lambda: committed() == 240), committed()  # commits refused mid-rebalance are made again
+    # commits refused mid-rebalance are made again
+    wait_until(lambda: committed() == 240, 60, lambda: f"{committed()} of 240 offsets committed", interval_s=0.1)
     for m in members:
         m.halt.set()
     for m in members:
@@ -266,8 +263,8 @@ def test_a_static_member_restarts_into_its_partitions_without_a_rebalance(broker
     bootstrap = _bootstrap(brokers)
     # Both listeners must know each other before the group forms, or its coordinator moves
     # (and a's leadership with it) when their node lists converge.
-    assert _wait_for(lambda: all(len(AdminClient({"bootstrap.servers": b.kafka}).list_topics(timeout=10).brokers)
-                                 == len(brokers) for b in brokers))
+    wait_until(lambda: all(len(AdminClient({"bootstrap.servers": b.kafka}).list_topics(timeout=10).brokers)
+                           == len(brokers) for b in brokers), 60, "both listeners to list both brokers", interval_s=0.1)
     _create(bootstrap, unique_topic)
     group = f"{unique_topic}-static"
     events: list[tuple[str, str, int]] = []
@@ -289,27 +286,27 @@ def test_a_static_member_restarts_into_its_partitions_without_a_rebalance(broker
         return "\n".join(b.log_tail(30) for b in brokers) + f"\nevents: {events}"
 
     a = member("a")
-    assert _wait_for(lambda: owned([a]) == [PARTITIONS]), logs()
+    wait_until(lambda: owned([a]) == [PARTITIONS], 60, logs, interval_s=0.1)
     b = member("b")
-    assert _wait_for(lambda: owned([a, b]) == [2, 2]), f"{owned([a, b])}\n{logs()}"
+    wait_until(lambda: owned([a, b]) == [2, 2], 60, lambda: f"{owned([a, b])}\n{logs()}", interval_s=0.1)
     a_owned, b_owned = set(a.assignment()), set(b.assignment())
     b.close()
     seen = len(events)
     b = member("b")  # the restart: the same instance id, no member id
-    assert _wait_for(lambda: owned([a, b]) == [2, 2]), f"{owned([a, b])}\n{logs()}"
+    wait_until(lambda: owned([a, b]) == [2, 2], 60, lambda: f"{owned([a, b])}\n{logs()}", interval_s=0.1)
     assert set(a.assignment()) == a_owned and set(b.assignment()) == b_owned
     assert [e for e in events[seen:] if e[0] == "a"] == [], logs()  # a saw no rebalance
     a.close()
     seen = len(events)
     a = member("a")  # the leader's restart
-    assert _wait_for(lambda: owned([a, b]) == [2, 2]), f"{owned([a, b])}\n{logs()}"
+    wait_until(lambda: owned([a, b]) == [2, 2], 60, lambda: f"{owned([a, b])}\n{logs()}", interval_s=0.1)
     assert set(a.assignment()) == a_owned and set(b.assignment()) == b_owned
     assert [e for e in events[seen:] if e[0] == "b"] == [], logs()  # b saw no rebalance
     admin = AdminClient({"bootstrap.servers": bootstrap})  # kept: its futures end with it
     described = admin.describe_consumer_groups([group])[group].result(30)
     assert sorted(m.group_instance_id for m in described.members) == ["a", "b"]
     c = member("c")
-    assert _wait_for(lambda: sorted(owned([a, b, c])) == [1, 1, 2]), f"{owned([a, b, c])}\n{logs()}"
+    wait_until(lambda: sorted(owned([a, b, c])) == [1, 1, 2], 60, lambda: f"{owned([a, b, c])}\n{logs()}", interval_s=0.1)
     assert len({p for m in (a, b, c) for p in m.assignment()}) == PARTITIONS
     for m in (a, b, c):
         m.close()

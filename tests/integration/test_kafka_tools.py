@@ -8,13 +8,14 @@ from __future__ import annotations
 import signal
 import subprocess
 import threading
-import time
 
 import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
 
 from devstack import java, kafka_tools_classpath
+
+from tests._waiting import wait_until
 
 from .conftest import BrokerProcess
 
@@ -101,15 +102,6 @@ class _JavaConsumer:
         self._reader.join(10)
 
 
-def _until(condition, timeout_s: float = 60) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.2)
-    return False
-
-
 def test_a_java_static_leader_restarts_and_skips_the_assignor(broker, unique_topic):
     """KIP-814 with Kafka's Java client (JoinGroup v9): the static leader (a console consumer,
     first to join) restarts; it is told it leads with ``skip_assignment``, gets its partitions
@@ -125,14 +117,14 @@ def test_a_java_static_leader_restarts_and_skips_the_assignor(broker, unique_top
 
     a = _JavaConsumer(broker.kafka, unique_topic, group, "a")
     try:
-        assert _until(lambda: members() == ["a"]), "".join(a.lines)
+        wait_until(lambda: members() == ["a"], 60, lambda: "".join(a.lines), interval_s=0.2)
         events: list[str] = []
         b = Consumer({"bootstrap.servers": broker.kafka, "group.id": group, "group.instance.id": "b",
                       "auto.offset.reset": "earliest", "session.timeout.ms": 30000,
                       "partition.assignment.strategy": "range"})
         b.subscribe([unique_topic], on_assign=lambda _, ps: events.append(f"assign {len(ps)}"),
                     on_revoke=lambda _, ps: events.append(f"revoke {len(ps)}"))
-        assert _until(lambda: b.poll(0.1) is None and len(b.assignment()) == 2), events
+        wait_until(lambda: b.poll(0.1) is None and len(b.assignment()) == 2, 60, lambda: str(events), interval_s=0.2)
         b_owned = {p.partition for p in b.assignment()}
         a.stop()
         seen = len(events)
@@ -150,7 +142,8 @@ def test_a_java_static_leader_restarts_and_skips_the_assignor(broker, unique_top
                 got_b.add(msg.value().decode())
             return theirs <= {line.strip() for line in a.lines} and len(got_b) == 20
 
-        assert _until(everything_read), f"a: {a.lines[-20:]}\nb: {sorted(got_b)}\n{broker.log_tail(30)}"
+        wait_until(everything_read, 60, lambda: f"a: {a.lines[-20:]}\nb: {sorted(got_b)}\n{broker.log_tail(30)}",
+                   interval_s=0.2)
         assert events[seen:] == [], events  # b saw no rebalance
         assert members() == ["a", "b"]
         assert "static member a rejoined as" in broker.log_path.read_text()
