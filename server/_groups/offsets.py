@@ -168,6 +168,26 @@ class GroupOffsets:
         gen = doc.get("generation") if isinstance(doc, dict) else None
         return gen if isinstance(gen, int) else 0
 
+    def delete_group(self, group: str) -> bool:
+        """Forget the group: its committed offsets and its generation, one range delete
+        (DeleteGroups; the coordinator checks it has no members). Whether it had any.
+
+        Without a generation a member's conditional commit is refused (StaleGeneration)
+        until a coordinator forms the group again, from generation 1."""
+        validate_group(group)
+        if not self.exists(group):
+            return False
+        base = self.layout.group_base(group)
+        self._meta.delete_range(base, base + "~/", self.layout.group_partition_key(group))
+        return True
+
+    def delete_offsets(self, group: str, tps: Iterable[TopicPartition]) -> None:
+        """Forget the group's committed offsets of ``tps`` (OffsetDelete); one never committed is no error."""
+        validate_group(group)
+        pk = self.layout.group_partition_key(group)
+        for tp in tps:
+            self._meta.delete(self.layout.group_offset_key(group, tp), pk)
+
     def delete_topic(self, topic: str) -> int:
         """Forget every group's offsets of ``topic`` (the topic is gone); how many went."""
         gone = 0

@@ -13,6 +13,7 @@ APIs, versions and deviations):
   ``fetch.py`` and ``groups.py``;
 - ``nodes.py``: the live listeners in Oxia, leaders and coordinators;
 - ``coordinator.py``: the classic group protocol's state machine;
+  ``subscriptions.py``: the topics its members subscribe to (OffsetDelete);
 - ``errors.py``: llog outcomes as Kafka error codes.
 
 This package sits beside ``_http_server``, below ``_broker``: the broker

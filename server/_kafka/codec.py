@@ -35,14 +35,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from kafka.protocol.admin import (
-    CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest, DescribeClusterRequest,
+    CreatePartitionsRequest, CreateTopicsRequest, DeleteGroupsRequest, DeleteTopicsRequest, DescribeClusterRequest,
     DescribeConfigsRequest, DescribeGroupsRequest, IncrementalAlterConfigsRequest, ListGroupsRequest,
 )
 from kafka.protocol.api_header import RequestHeader
 from kafka.protocol.schemas.fields.codecs.encode_buffer import EncodeBuffer
 from kafka.protocol.consumer import (
     FetchRequest, HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, ListOffsetsRequest, OffsetCommitRequest,
-    OffsetFetchRequest, OffsetForLeaderEpochRequest, SyncGroupRequest,
+    OffsetDeleteRequest, OffsetFetchRequest, OffsetForLeaderEpochRequest, SyncGroupRequest,
 )
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, FindCoordinatorRequest, MetadataRequest
 from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
@@ -110,6 +110,8 @@ _SERVED = (
     (SyncGroupRequest, 0, 5, None),
     (DescribeGroupsRequest, 0, 5, None),
     (ListGroupsRequest, 0, 4, None),
+    (DeleteGroupsRequest, 0, 2, None),
+    (OffsetDeleteRequest, 0, 0, None),
     (ApiVersionsRequest, 0, 4, None),
     (CreateTopicsRequest, 2, 7, None),
     (DeleteTopicsRequest, 1, 6, None),

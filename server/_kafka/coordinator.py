@@ -37,7 +37,9 @@ instance id answer FENCED_INSTANCE_ID. A static member leaves by its instance
 id or when its session expires; closing a static consumer sends no LeaveGroup,
 so a restart does not move its partitions. JoinGroup and SyncGroup wait for the
 rebalance (on the handler thread, woken by the condition variable); a
-reaper thread expires sessions and ends rebalances that time out.
+reaper thread expires sessions and ends rebalances that time out. A group
+with no members may be deleted (DeleteGroups), and offsets of topics no
+member subscribes to (OffsetDelete, ``subscriptions.py``).
 """
 
 from __future__ import annotations
@@ -50,9 +52,11 @@ from typing import Callable
 from .._errors import StaleGeneration, VersionConflict
 from .._groups.offsets import GroupOffsets
 from .._metrics import LlogMetrics
+from .._protocol.keys import TopicPartition
 from .._runtime import REAL_RUNTIME, Runtime
 from .errors import Code
 from .nodes import Nodes
+from .subscriptions import EVERY_TOPIC, subscribed_topics
 
 __all__ = ["GroupCoordinator", "JoinResult", "Member", "EMPTY", "PREPARING", "COMPLETING", "STABLE", "DEAD"]
 
@@ -420,6 +424,41 @@ class GroupCoordinator:
             if code == Code.NONE and g is not None and g.state == PREPARING:
                 return Code.REBALANCE_IN_PROGRESS
             return code
+
+    def delete(self, group: str) -> int:
+        """DeleteGroups: forget a group with no members, here and in Oxia (``delete_group``);
+        NON_EMPTY_GROUP while it has members, GROUP_ID_NOT_FOUND when nothing is known of it."""
+        if not self.owns(group):
+            return Code.NOT_COORDINATOR
+        with self._cond:  # held through the Oxia delete: no member joins the group meanwhile
+            g = self._groups.get(group)
+            if g is not None and g.members:
+                return Code.NON_EMPTY_GROUP
+            stored = self._offsets is not None and self._offsets.delete_group(group)
+            if self._groups.pop(group, None) is None and not stored:
+                return Code.GROUP_ID_NOT_FOUND
+            log.info("group %s: deleted", group)
+            return Code.NONE
+
+    def delete_offsets(self, group: str, tps: list[TopicPartition]) -> tuple[int, list[int]]:
+        """OffsetDelete: ``(group error, one code per partition)``. A topic an active member
+        subscribes to is GROUP_SUBSCRIBED_TO_TOPIC (every topic, when that cannot be told);
+        the others' committed offsets are deleted, as Kafka's coordinator does."""
+        if not self.owns(group):
+            return Code.NOT_COORDINATOR, []
+        with self._cond:
+            g = self._groups.get(group)
+            active = g is not None and bool(g.members)
+            if active and g.protocol_type != "consumer":
+                return Code.NON_EMPTY_GROUP, []
+            if not active and (self._offsets is None or not self._offsets.exists(group)):
+                return Code.GROUP_ID_NOT_FOUND, []
+            topics = subscribed_topics(g.protocol, (m.protocols for m in g.members.values())) if active else frozenset()
+            codes = [Code.GROUP_SUBSCRIBED_TO_TOPIC if topics is EVERY_TOPIC or tp.topic in topics else Code.NONE
+                     for tp in tps]
+            if self._offsets is not None:
+                self._offsets.delete_offsets(group, [tp for tp, c in zip(tps, codes) if c == Code.NONE])
+            return Code.NONE, [int(c) for c in codes]
 
     def describe(self, group: str) -> tuple[str, str, str, list[Member]]:
         """``(state, protocol type, protocol, members)``; ``Dead`` for a group not known here."""

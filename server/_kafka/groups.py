@@ -1,5 +1,6 @@
 """The group APIs: JoinGroup, SyncGroup, Heartbeat, LeaveGroup (``coordinator.py``),
-OffsetCommit and OffsetFetch (``GroupOffsets`` in Oxia), DescribeGroups and ListGroups.
+OffsetCommit and OffsetFetch (``GroupOffsets`` in Oxia), DescribeGroups and ListGroups,
+DeleteGroups and OffsetDelete (the coordinator checks the group's members first).
 
 Committed offsets are Kafka's on the wire and llog's in Oxia (``llog_offset``
 of the next offset to consume), so the same group read through ``/groups``,
@@ -14,10 +15,10 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from kafka.protocol.admin import DescribeGroupsResponse, ListGroupsResponse
+from kafka.protocol.admin import DeleteGroupsResponse, DescribeGroupsResponse, ListGroupsResponse
 from kafka.protocol.consumer import (
-    HeartbeatResponse, JoinGroupResponse, LeaveGroupResponse, OffsetCommitResponse, OffsetFetchResponse,
-    SyncGroupResponse,
+    HeartbeatResponse, JoinGroupResponse, LeaveGroupResponse, OffsetCommitResponse, OffsetDeleteResponse,
+    OffsetFetchResponse, SyncGroupResponse,
 )
 
 from .._errors import LlogError, UnknownGroup
@@ -233,7 +234,41 @@ def list_groups(svc: KafkaService, req: KafkaRequest) -> Any:
     return R[v](throttle_time_ms=0, error_code=0, groups=listed)
 
 
+def delete_groups(svc: KafkaService, req: KafkaRequest) -> Any:
+    R = DeleteGroupsResponse
+    results = []
+    for group in req.body.groups_names:
+        try:
+            code = Code.INVALID_GROUP_ID if _bad_group(group) else svc.coordinator.delete(group)
+        except LlogError as exc:
+            code = error_code(exc)
+        results.append(R.DeletableGroupResult(group_id=group, error_code=code))
+    return R[req.version](throttle_time_ms=0, results=results)
+
+
+def offset_delete(svc: KafkaService, req: KafkaRequest) -> Any:
+    b, R = req.body, OffsetDeleteResponse
+    wanted = [(t.name, p.partition_index) for t in b.topics for p in t.partitions]
+    valid = [is_valid(validate_topic, t) and p >= 0 for t, p in wanted]
+    try:
+        top, codes = (Code.INVALID_GROUP_ID, []) if _bad_group(b.group_id) else svc.coordinator.delete_offsets(
+            b.group_id, [TopicPartition(t, p) for (t, p), ok in zip(wanted, valid) if ok])
+    except LlogError as exc:
+        top, codes = error_code(exc), []
+    if top != Code.NONE:
+        return R[req.version](error_code=top, throttle_time_ms=0, topics=[])
+    left = iter(codes)
+    by_topic: dict[str, list[Any]] = {}
+    T = R.OffsetDeleteResponseTopic
+    for (topic, partition), ok in zip(wanted, valid):
+        code = next(left) if ok else Code.UNKNOWN_TOPIC_OR_PARTITION
+        by_topic.setdefault(topic, []).append(T.OffsetDeleteResponsePartition(partition_index=partition,
+                                                                               error_code=code))
+    return R[req.version](error_code=Code.NONE, throttle_time_ms=0,
+                          topics=[T(name=n, partitions=ps) for n, ps in by_topic.items()])
+
+
 HANDLERS = {
     11: join_group, 14: sync_group, 12: heartbeat, 13: leave_group, 8: offset_commit, 9: offset_fetch,
-    15: describe_groups, 16: list_groups,
+    15: describe_groups, 16: list_groups, 42: delete_groups, 47: offset_delete,
 }

@@ -331,3 +331,24 @@ def test_the_admin_client_alters_configs_adds_partitions_and_deletes_topics(brok
     admin.delete_topics([unique_topic])[unique_topic].result(30)
     gone = brokers[0].client.request("GET", f"/topics/{unique_topic}")
     assert (gone.status, gone.json["error_type"]) == (404, "UnknownTopic")
+
+
+def test_librdkafka_deletes_a_group_only_once_its_members_are_gone(brokers, unique_topic):
+    bootstrap = _bootstrap(brokers)
+    _create(bootstrap, unique_topic)
+    group = f"{unique_topic}-deleted"
+    _ck_produce(bootstrap, unique_topic, [(b"k", b"v%d" % i) for i in range(20)])
+    member = _group_member(bootstrap, group, unique_topic)
+    seen: dict = {}
+    _poll_until([member], seen, 20)
+    assert len(seen) == 20
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    with pytest.raises(KafkaException, match="NON_EMPTY_GROUP"):
+        admin.delete_consumer_groups([group])[group].result(30)
+    assert brokers[1].client.request("GET", f"/groups/{group}/offsets").status == 200
+    member.close()  # leaves the group
+    admin.delete_consumer_groups([group])[group].result(30)
+    assert brokers[1].client.request("GET", f"/groups/{group}/offsets").status == 404
+    assert group not in {g.group_id for g in admin.list_consumer_groups().result(30).valid}
+    with pytest.raises(KafkaException, match="GROUP_ID_NOT_FOUND"):
+        admin.delete_consumer_groups([group])[group].result(30)

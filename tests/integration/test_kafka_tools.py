@@ -64,6 +64,17 @@ def test_console_producer_to_console_consumer_and_the_group_command(broker, uniq
     assert sorted((r[1], r[2]) for r in rows) == [(unique_topic, "0"), (unique_topic, "1")]
     assert sum(int(r[3]) for r in rows) == 30 and all(r[3] == r[4] and r[5] == "0" for r in rows)
     assert group in _tool("consumer.group.ConsumerGroupCommand", *bs, "--list").split()
+    # The group has no members now: its offsets of partition 0, then the whole group, are deleted.
+    out = _tool("consumer.group.ConsumerGroupCommand", *bs, "--delete-offsets", "--group", group,
+                "--topic", f"{unique_topic}:0")
+    assert [line.split() for line in out.splitlines() if line.startswith(unique_topic)] == [
+        [unique_topic, "0", "Successful"]], out
+    left = broker.client.request("GET", f"/groups/{group}/offsets").json["offsets"]
+    assert [o["partition"] for o in left] == [1]
+    out = _tool("consumer.group.ConsumerGroupCommand", *bs, "--delete", "--group", group)
+    assert "successful" in out, out
+    assert group not in _tool("consumer.group.ConsumerGroupCommand", *bs, "--list").split()
+    assert broker.client.request("GET", f"/groups/{group}/offsets").status == 404
 
 
 def test_producer_and_consumer_performance_move_every_record(broker, unique_topic):

@@ -51,9 +51,9 @@ def world():
 
 
 def _join(c: GroupCoordinator, member: str = "", *, v4: bool = True, session_ms: int = 10_000,
-          rebalance_ms: int = 10_000, protocols=PROTOCOLS):
+          rebalance_ms: int = 10_000, protocols=PROTOCOLS, protocol_type: str = "consumer"):
     return c.join("g", member, client_id="c", client_host="", session_timeout_ms=session_ms,
-                  rebalance_timeout_ms=rebalance_ms, protocol_type="consumer", protocols=protocols,
+                  rebalance_timeout_ms=rebalance_ms, protocol_type=protocol_type, protocols=protocols,
                   require_member_id=v4)
 
 
@@ -314,3 +314,68 @@ def test_a_static_member_whose_session_expired_joins_as_new(world):
     clock.advance(1)
     result = fresh.result(10)
     assert result.error == Code.NONE and result.generation == 2 and result.member_id != joined["a"].member_id
+
+
+def _logs(offsets: GroupOffsets, *tps: TopicPartition) -> None:
+    for tp in tps:
+        keys = offsets.layout.keys(tp)
+        offsets._meta.put(keys.control, ControlRecord(LogState.OPEN, 10).encode(), keys.partition_key)
+
+
+def test_delete_group_refuses_a_group_with_members_then_forgets_it_in_oxia(world):
+    c, clock, pool, offsets, _ = world
+    a, b = TopicPartition("a", 0), TopicPartition("b", 0)
+    _logs(offsets, a, b)
+    (joined,) = _form(c, clock, pool, 1)
+    mid = joined.member_id
+    assert c.sync("g", mid, 1, {mid: b""})[0] == Code.NONE
+    offsets.commit("g", [(a, 3, "m"), (b, 4, "")], generation=1, member=mid)
+    assert c.delete("g") == Code.NON_EMPTY_GROUP
+    assert set(offsets.fetch("g")) == {a, b} and offsets.generation("g") == 1
+    assert c.leave("g", [(mid, None)]) == [Code.NONE]
+    assert c.delete("g") == Code.NONE
+    assert offsets.fetch("g") == {} and offsets.generation("g") == 0 and not offsets.exists("g")
+    assert "g" not in offsets.groups() and c.describe("g")[0] == "Dead"
+    assert c.delete("g") == Code.GROUP_ID_NOT_FOUND
+    with pytest.raises(StaleGeneration):  # a member of the deleted group's generation commits no more
+        offsets.commit("g", [(a, 5, "")], generation=1, member=mid)
+    (again,) = _form(c, clock, pool, 1)  # formed again from generation 1, by a new member id
+    assert (again.error, again.generation) == (Code.NONE, 1) and again.member_id != mid
+    offsets.commit("g", [(a, 6, "")])  # an unconditional commit (an HTTP consumer) makes a group too
+    c.leave("g", [(again.member_id, None)])
+    assert c.delete("g") == Code.NONE and not offsets.exists("g")
+
+
+def _subscription(*topics: str) -> bytes:
+    from kafka.protocol.consumer.metadata import ConsumerProtocolSubscription
+
+    return ConsumerProtocolSubscription(topics=list(topics), user_data=None).encode(version=0)
+
+
+def test_offset_delete_spares_the_topics_an_active_member_subscribes_to(world):
+    c, clock, pool, offsets, _ = world
+    a, a1, b = TopicPartition("a", 0), TopicPartition("a", 1), TopicPartition("b", 0)
+    _logs(offsets, a, a1, b)
+    assert c.delete_offsets("g", [a]) == (Code.GROUP_ID_NOT_FOUND, [])
+    offsets.commit("g", [(a, 2, ""), (a1, 2, ""), (b, 2, "")])
+    (joined,) = _form(c, clock, pool, 1, protocols=[("range", _subscription("a"))])
+    assert c.delete_offsets("g", [a, b]) == (Code.NONE, [Code.GROUP_SUBSCRIBED_TO_TOPIC, Code.NONE])
+    assert set(offsets.fetch("g")) == {a, a1}
+    c.leave("g", [(joined.member_id, None)])
+    assert c.delete_offsets("g", [a, TopicPartition("never", 0)]) == (Code.NONE, [Code.NONE, Code.NONE])
+    assert set(offsets.fetch("g")) == {a1}
+
+
+@pytest.mark.parametrize("protocol_type, protocols, want", [
+    ("consumer", PROTOCOLS, (Code.NONE, [Code.GROUP_SUBSCRIBED_TO_TOPIC])),  # unreadable: every topic counts
+    ("connect", [("range", _subscription("a"))], (Code.NON_EMPTY_GROUP, [])),  # not a consumer group
+])
+def test_offset_delete_deletes_nothing_it_cannot_tell_is_unused(world, protocol_type, protocols, want):
+    c, clock, pool, offsets, _ = world
+    b = TopicPartition("b", 0)
+    _logs(offsets, b)
+    offsets.commit("g", [(b, 2, "")])
+    (joined,) = _form(c, clock, pool, 1, protocols=protocols, protocol_type=protocol_type)
+    assert joined.error == Code.NONE
+    assert c.delete_offsets("g", [b]) == want
+    assert set(offsets.fetch("g")) == {b}
