@@ -84,6 +84,15 @@ class Broker:
         """CPU time (user + system) the broker process has used so far."""
         return process_cpu_seconds(self.proc.pid)
 
+    def counter(self, name: str, labels: str = "") -> float:
+        """A counter of the broker's ``/metrics`` (``labels`` as it writes them, e.g. ``api=Fetch,error=0``;
+        summed over every label set when empty); 0 before its first count."""
+        import urllib.request
+
+        with urllib.request.urlopen(self.url + "/metrics", timeout=10) as answer:
+            values = json.load(answer)["counters"].get(name, {})
+        return float(values.get(labels, 0) if labels else sum(values.values()))
+
     def stop(self) -> None:
         terminate(self.proc)
         self._log.close()

@@ -15,12 +15,10 @@ medians.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
 import time
-import urllib.request
 import uuid
 from contextlib import ExitStack
 from pathlib import Path
@@ -42,11 +40,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def _fetches(broker: Broker) -> float:
-    with urllib.request.urlopen(broker.url + "/metrics", timeout=10) as answer:
-        return json.load(answer)["counters"]["kafka_requests_total"].get("api=Fetch,error=0", 0)
-
-
 def one_run(broker: Broker, args: argparse.Namespace, i: int) -> dict[str, float]:
     from confluent_kafka import OFFSET_END, Consumer, TopicPartition
 
@@ -65,9 +58,9 @@ def one_run(broker: Broker, args: argparse.Namespace, i: int) -> dict[str, float
                     c.poll(0.05)
 
         poll_for(args.settle_s)
-        f0, cpu0, t0 = _fetches(broker), broker.cpu_seconds(), time.monotonic()
+        f0, cpu0, t0 = broker.counter("kafka_requests_total", "api=Fetch,error=0"), broker.cpu_seconds(), time.monotonic()
         poll_for(args.seconds)
-        fetches, cpu, elapsed = _fetches(broker) - f0, broker.cpu_seconds() - cpu0, time.monotonic() - t0
+        fetches, cpu, elapsed = broker.counter("kafka_requests_total", "api=Fetch,error=0") - f0, broker.cpu_seconds() - cpu0, time.monotonic() - t0
     finally:
         for c in consumers:
             c.close()

@@ -2,13 +2,14 @@
 
 Starts a role-both broker with its Kafka listener against a real Oxia + S3
 stack, creates a topic, then runs Kafka's ProducerPerformance (1 KiB records,
-acks=all, idempotent, the settings below) and ConsumerPerformance (the whole
-topic from the start: the tail cache, then S3) as ``java -cp`` processes, and
-prints produce MB/s with latency p50/p99, consume MB/s, and the broker's CPU
-per MB of each. With ``--kafka`` (the default) the same runs go, alternating,
-to a single-node Kafka 4.1 (KRaft, one local disk, the same jars from Maven
-Central), so the client's own ceiling on this machine shows beside llog's.
-Figures only; nothing here asserts a speed.
+each one of 1,000 values from a payload file, acks=all, idempotent, the
+settings below) and ConsumerPerformance (the whole topic from the start: the
+tail cache, then S3) as ``java -cp`` processes, and prints produce MB/s with
+latency p50/p99, consume MB/s, the CPU per MB of each, and llog's MB per
+flush (one WAL blob each). With ``--kafka`` (the default) the same runs go,
+alternating, to a single-node Kafka 4.1 (KRaft, one local disk, the same jars
+from Maven Central), so the client's own ceiling on this machine shows beside
+llog's. Figures only; nothing here asserts a speed.
 
 The producer settings are Kafka's own knobs for throughput, the same for any
 broker: ``batch.size`` 1 MiB, ``linger.ms`` 50, ``max.request.size`` 16 MiB,
@@ -24,8 +25,11 @@ flight than against a disk broker (WarpStream and Inkless say the same).
 from __future__ import annotations
 
 import argparse
+import os
+import random
 import re
 import resource
+import string
 import subprocess
 import tempfile
 import time
@@ -59,6 +63,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--topic-config", action="append", default=[], metavar="KEY=VALUE",
                    help="a config of the benchmark's topics (TopicCommand --config), e.g. max.message.bytes; "
                         "repeatable")
+    p.add_argument("--payload", choices=("file", "generated"), default="file",
+                   help="the Java producer's record values: 'file' (default) picks each from 1,000 distinct "
+                        "values written once (--payload-file), 'generated' has the tool draw every byte of every "
+                        "record anew (--record-size), which costs the tool more CPU than the broker spends")
     p.add_argument("--client", choices=("java", "librdkafka"), default="java",
                    help="Kafka's Java tools (default), or librdkafka in this process, whose C threads leave "
                         "more of the machine to the brokers (loadtest/_librdkafka_perf.py)")
@@ -112,14 +120,27 @@ class CpuSplit:
 
 
 def produce(broker: Any, topic: str, args: argparse.Namespace) -> dict[str, float]:
+    flushes = _flushes(broker)
+    got = _produce(broker, topic, args)
+    if flushes is not None:  # llog: how large its blobs were
+        got["mb_per_flush"] = args.records * args.record_bytes / 1e6 / max(_flushes(broker) - flushes, 1)
+    return got
+
+
+def _flushes(broker: Any) -> float | None:
+    """The broker's flushes so far (one WAL blob PUT each); None for Kafka."""
+    return broker.counter("batcher_flushes_total") if hasattr(broker, "counter") else None
+
+
+def _produce(broker: Any, topic: str, args: argparse.Namespace) -> dict[str, float]:
     cpu, t0 = CpuSplit(broker), time.monotonic()
     mb = args.records * args.record_bytes / 1e6
     if args.client == "librdkafka":
         got = _librdkafka_perf.produce(broker.kafka, topic, args.records, args.record_bytes,
                                        dict(kv.split("=", 1) for kv in args.producer_setting))
         return {**got, **cpu.per_mb(mb), "seconds": time.monotonic() - t0}
-    out = _tool("ProducerPerformance", "--topic", topic, "--num-records", str(args.records), "--record-size",
-                str(args.record_bytes), "--throughput", "-1", "--producer-props",
+    out = _tool("ProducerPerformance", "--topic", topic, "--num-records", str(args.records),
+                *_payload_args(args), "--throughput", "-1", "--producer-props",
                 f"bootstrap.servers={broker.kafka}", *_settings(args.producer_setting))
     split = cpu.per_mb(mb)
     last = out.strip().splitlines()[-1]
@@ -128,6 +149,24 @@ def produce(broker: Any, topic: str, args: argparse.Namespace) -> dict[str, floa
         raise SystemExit(f"cannot read ProducerPerformance's summary: {last!r}")
     return {"mb_s": float(m.group(1)) * 1.048576, "p50_ms": float(m.group(2)), "p99_ms": float(m.group(3)),
             **split, "seconds": time.monotonic() - t0}
+
+
+PAYLOADS = 1000
+"""Distinct record values in the payload file, so batches are not one value repeated."""
+
+
+def _payload_args(args: argparse.Namespace) -> list[str]:
+    """ProducerPerformance's arguments for the record values (``--payload``)."""
+    if args.payload == "generated":
+        return ["--record-size", str(args.record_bytes)]
+    path = Path(tempfile.gettempdir()) / f"llog-bench-kafka-payloads-{args.record_bytes}.txt"
+    if not path.exists():
+        rng = random.Random(1)  # the tool's alphabet: A-Z, one byte each in UTF-8
+        lines = ("".join(rng.choices(string.ascii_uppercase, k=args.record_bytes)) for _ in range(PAYLOADS))
+        part = path.with_name(f"{path.name}.{os.getpid()}")
+        part.write_text("\n".join(lines))
+        os.replace(part, path)  # another run reading it sees the whole file
+    return ["--payload-file", str(path)]
 
 
 def consume(broker: Any, topic: str, args: argparse.Namespace) -> dict[str, float]:
@@ -150,7 +189,8 @@ def one_run(target: Any, name: str, i: int, args: argparse.Namespace) -> tuple[d
           "--partitions", str(args.partitions), *(a for kv in args.topic_config for a in ("--config", kv)))
     p = produce(target, topic, args)
     print(f"[bench] {name} run {i + 1}: produce {p['mb_s']:.1f} MB/s, p50 {p['p50_ms']:.0f} ms, "
-          f"p99 {p['p99_ms']:.0f} ms, {_cpu_text(p)}", flush=True)
+          f"p99 {p['p99_ms']:.0f} ms, {_cpu_text(p)}"
+          + (f", {p['mb_per_flush']:.1f} MB per flush" if "mb_per_flush" in p else ""), flush=True)
     c = consume(target, topic, args)
     print(f"[bench] {name} run {i + 1}: consume {c['mb_s']:.1f} MB/s ({c['records']:,.0f} records), "
           f"{_cpu_text(c)}", flush=True)

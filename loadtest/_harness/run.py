@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .faults import FaultInjector
-from .json_files import write_json_atomic
 from .rundir import RESULTS_DIR, new_run_dir, write_snapshots
 from .scenario import Scenario
 from .stack import RunStack

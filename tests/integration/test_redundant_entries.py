@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from server._protocol.keys import LogLayout
 from server._protocol.records import IndexEntry
 from server._storage.metastore import EXPECT_ABSENT, OxiaMetadataStore
 from server.leaderless_log_compactor import CompactionOutcome, LeaderlessLogCompactor

@@ -22,9 +22,8 @@ from server._protocol.keys import LogLayout
 from server._storage.objectstore import S3ObjectStore
 from server.leaderless_log_compactor import CompactionOutcome, LeaderlessLogCompactor
 from server.leaderless_log_metrics import LlogMetrics
-from server.leaderless_log_reader import LeaderlessLogReader
 from server.leaderless_log_vacuum import KEEP_INDEXED, KEEP_YOUNG, Vacuum
-from server.leaderless_log_writer import LeaderlessLogWriter, SharedAppendGroup
+from server.leaderless_log_writer import SharedAppendGroup
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from server._config import OxiaConfig, S3Config
-from server._errors import AppendFailed, InvalidRequest
+from server._errors import InvalidRequest
 from server._protocol.keys import LogLayout
 from server._protocol.records import CompactionCursor, CompactionState, ControlRecord, EntryType, IndexEntry
 from server._storage.metastore import InMemoryMetadataStore

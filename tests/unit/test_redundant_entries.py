@@ -27,7 +27,7 @@ from server.leaderless_log_reader import LeaderlessLogReader
 from server.leaderless_log_vacuum import Vacuum
 from server.leaderless_log_writer import LeaderlessLogWriter, SharedAppendGroup
 
-from .test_compactor_fakes import OXIA, S3, check_invariants, index, make
+from .test_compactor_fakes import check_invariants, index, make
 
 KEYS = LogLayout("llog").partition("orders", 0)
 

@@ -18,7 +18,6 @@ from server._errors import (
     CorruptBatch,
     InconsistentReadState,
     InvalidRequest,
-    MetadataStoreError,
     OffsetOutOfRange,
     PartitionFenced,
     PartitionNotInitialized,
