@@ -1,10 +1,15 @@
 """Random schedules of the classic group protocol against the coordinator: members join,
 sync, heartbeat, commit, leave, go silent (their session expires) and come back, static
 members restart (and their old member id, a zombie, tries to commit), while
-the coordinator is lost and a new one takes over from Oxia. Each schedule is checked:
+the coordinator is lost and a new one takes over from Oxia; with ``deletions`` an admin
+deletes the group whenever it has no members, and members that left try to commit into
+it afterwards (ghosts). Each schedule is checked:
 
-- generations only grow, across coordinators too (the new one continues Oxia's); one is
-  stored again only when a static member rejoined under a new member id in its place;
+- generations only grow, across coordinators too (the new one continues Oxia's), and
+  start again only after a deletion; one is stored again only when a static member
+  rejoined under a new member id in its place;
+- the group is deleted only while it has no members, and no member of a generation before
+  a deletion commits after it;
 - the members of one generation that synced hold disjoint partitions (the leader's
   assignment reached each member as it was given);
 - every commit the coordinator and Oxia accepted came from a member of the generation
@@ -51,9 +56,14 @@ class World:
         self.pair: list[GroupCoordinator] = []
         self.stop = threading.Event()
         self.generations_seen: list[int] = []
-        self.synced: dict[int, dict[str, frozenset[int]]] = {}
-        self.commits: list[tuple[str, int, int, int]] = []
-        """(member, generation, partition, stored generation at the commit)"""
+        self.synced: list[tuple[int, str, str, frozenset[int]]] = []
+        """(generation, member id, member or instance id, partitions) of each sync"""
+        self.commits: list[tuple[str, str, int, int, int]] = []
+        """(member id, member or instance id, generation, partition, stored generation at the commit)"""
+        self.deletions = 0
+        self.deletes = False
+        self.ghosts = 0
+        """Commits tried by members that left before a deletion (all must be refused)."""
         self.violations: list[str] = []
         self.leader_restarts = {True: 0, False: 0}
         """Static leaders that restarted into the same generation (no rebalance), by JoinGroup v9 or not."""
@@ -93,6 +103,18 @@ class World:
             self.ownership.owner = 1 - self.ownership.owner
             self.coordinator = self.pair[self.ownership.owner]
 
+    def delete(self) -> None:
+        """The admin's DeleteGroups, counted under the world's lock with its outcome, so a
+        ghost that sees the count knows the deletion is done."""
+        with self.lock:
+            c = self.coordinator
+            members = len(c.describe(GROUP)[3])
+            code = c.delete(GROUP)
+            if code == Code.NONE:
+                self.deletions += 1
+                if members:
+                    self.violations.append(f"a group of {members} members was deleted")
+
     def close(self) -> None:
         with self.lock:
             for c in ([self.coordinator] if self.ownership is None else self.pair):
@@ -114,8 +136,12 @@ class _NodesView:
         return Node(self._ownership.owner, "h", 1)
 
 
+DELETED = -1
+"""What ``_RecordingOffsets.stored`` holds where the group was deleted."""
+
+
 class _RecordingOffsets(GroupOffsets):
-    """Every generation a coordinator stores, in order."""
+    """Every generation a coordinator stores, in order, and every deletion (``DELETED``)."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -128,6 +154,14 @@ class _RecordingOffsets(GroupOffsets):
             super().set_generation(group, generation, members, **kw)
             self.stored.append(generation)
             self.memberships.append(frozenset(members))
+
+    def delete_group(self, group) -> bool:
+        with self._record:
+            deleted = super().delete_group(group)
+            if deleted:
+                self.stored.append(DELETED)
+                self.memberships.append(frozenset())
+            return deleted
 
 
 def _assign(members: list[str]) -> dict[str, bytes]:
@@ -144,7 +178,12 @@ def _member(world: World, index: int, seed: int) -> None:
     v9 = rng.random() < 0.5
     member, generation, owned, leading = "", -1, frozenset(), False
     zombie: tuple[str, int] | None = None
+    ghost: tuple[str, int, int] | None = None
+    """(member id, generation, deletions) of this member's last leave, when deletions are on."""
     while not world.stop.is_set():
+        if ghost is not None and world.deletions > ghost[2]:
+            _ghost_commits(world, *ghost[:2])
+            ghost = None
         c = world.current()
         if generation < 0:
             joined = c.join(GROUP, member, client_id=f"m{index}", client_host="", session_timeout_ms=3000,
@@ -175,11 +214,14 @@ def _member(world: World, index: int, seed: int) -> None:
                 continue
             owned = frozenset(assignment)
             with world.lock:
-                world.synced.setdefault(generation, {})[iid or member] = owned
+                world.synced.append((generation, member, iid or member, owned))
             continue
         action = rng.random()
-        if action < 0.02:  # leave
+        if action < (0.1 if world.deletes else 0.02):  # leave
             c.leave(GROUP, [(member, iid)])
+            if world.deletes:  # and stay away a while, so the group may be empty and deleted
+                ghost = (member, generation, world.deletions)
+                world.stop.wait(rng.uniform(0.05, 0.2))
             member, generation = "", -1
         elif action < 0.04:  # go silent past the session timeout, then rejoin with the same id
             world.clock.advance(4)
@@ -196,7 +238,8 @@ def _member(world: World, index: int, seed: int) -> None:
                 except LlogError:
                     continue
                 with world.lock:
-                    world.commits.append((iid or member, generation, partition, world.offsets.generation(GROUP)))
+                    world.commits.append((member, iid or member, generation, partition,
+                                          world.offsets.generation(GROUP)))
         else:
             code = c.heartbeat(GROUP, member, generation, iid)
             _fenced(world, code, member, iid)
@@ -226,40 +269,70 @@ def _zombie_commits(world: World, c: GroupCoordinator, iid: str | None, old: str
         world.violations.append(f"{old} ({iid}) committed after its instance rejoined")
 
 
-def _drive(world: World, seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
+def _ghost_commits(world: World, member: str, generation: int) -> None:
+    """A member that left before the group was deleted commits with its old generation, as a
+    request through a coordinator that missed the deletion would: Oxia must refuse it."""
+    with world.lock:
+        world.ghosts += 1
+    try:
+        world.offsets.commit(GROUP, [(TopicPartition(TOPIC, 0), 1, "")], generation=generation, member=member)
+    except LlogError:
+        return
+    with world.lock:
+        world.violations.append(f"{member} of generation {generation} committed after the group was deleted")
+
+
+def _drive(world: World, seconds: float, cap_s: float = 30.0) -> None:
+    """Move the clock and roll the world's faults for ``seconds``; with deletions on, go on (up
+    to ``cap_s``) until the admin has deleted the group once: it must find it empty."""
+    start = time.monotonic()
+    while time.monotonic() - start < seconds or (world.deletes and not world.deletions
+                                                  and time.monotonic() - start < cap_s):
         world.clock.advance(0.05)
         roll = world.rng.random()
         if roll < 0.01:
             world.failover()
         elif roll < 0.02 and world.flips:
             world.flip()
+        elif roll < 0.1 and world.deletes:
+            world.delete()
         time.sleep(0.01)  # the schedule's pace: members act between clock steps
 
 
 def _check(world: World) -> None:
-    stored = world.offsets.stored
-    assert stored == sorted(stored), f"generations stored out of order: {stored}"
-    kept = world.offsets.memberships
-    for i in range(1, len(stored)):
-        if stored[i] == stored[i - 1]:  # only a static member's new member id, in its old place
-            assert len(kept[i]) == len(kept[i - 1]) and len(kept[i] ^ kept[i - 1]) == 2, \
-                f"generation {stored[i]} stored twice with other members: {kept[i - 1]} then {kept[i]}"
-    for generation, members in world.synced.items():
+    stored, kept = world.offsets.stored, world.offsets.memberships
+    epoch_of: dict[tuple[str, int], int] = {}
+    """(member id, generation) -> how many deletions came before that generation was stored"""
+    epoch = 0
+    for i, generation in enumerate(stored):
+        if generation == DELETED:
+            epoch += 1
+            continue
+        if i > 0 and stored[i - 1] != DELETED:
+            assert generation >= stored[i - 1], f"generations stored out of order: {stored}"
+            if generation == stored[i - 1]:  # only a static member's new member id, in its old place
+                assert len(kept[i]) == len(kept[i - 1]) and len(kept[i] ^ kept[i - 1]) == 2, \
+                    f"generation {generation} stored twice with other members: {kept[i - 1]} then {kept[i]}"
+        epoch_of.update(((m, generation), epoch) for m in kept[i])
+    synced: dict[tuple[int, int], dict[str, frozenset[int]]] = {}
+    for generation, member, key, owned in world.synced:
+        synced.setdefault((epoch_of[(member, generation)], generation), {})[key] = owned
+    for generation, members in synced.items():
         held = [p for parts in members.values() for p in parts]
         assert len(held) == len(set(held)), f"generation {generation}: overlapping assignments {members}"
     assert not world.violations, world.violations
-    for member, generation, partition, stored in world.commits:
-        assert generation == stored, f"{member} committed in generation {generation} while Oxia held {stored}"
-        assert partition in world.synced[generation][member], f"{member} committed {partition} not its own"
+    for member, key, generation, partition, at in world.commits:
+        assert generation == at, f"{key} committed in generation {generation} while Oxia held {at}"
+        owned = synced[(epoch_of[(member, generation)], generation)][key]
+        assert partition in owned, f"{key} committed {partition} not its own"
 
 
 @pytest.mark.parametrize("seed", range(3))
-@pytest.mark.parametrize("flips", [False, True], ids=["failovers", "ownership-flips"])
-def test_random_schedules_keep_generations_assignments_and_commits_consistent(seed, flips):
+@pytest.mark.parametrize("flips, deletes", [(False, False), (True, False), (False, True), (True, True)],
+                         ids=["failovers", "ownership-flips", "deletions", "flips-and-deletions"])
+def test_random_schedules_keep_generations_assignments_and_commits_consistent(seed, flips, deletes):
     world = World(seed)
-    world.flips = flips
+    world.flips, world.deletes = flips, deletes
     members = [threading.Thread(target=_member, args=(world, i, seed * 100 + i), daemon=True) for i in range(4)]
     for t in members:
         t.start()
@@ -271,9 +344,11 @@ def test_random_schedules_keep_generations_assignments_and_commits_consistent(se
         for t in members:
             t.join(10)
     _check(world)
-    print(f"seed {seed}: static leader restarts without a rebalance: {world.leader_restarts}")
+    print(f"seed {seed}: static leader restarts without a rebalance: {world.leader_restarts}; "
+          f"deletions {world.deletions}, ghost commits refused {world.ghosts}")
     assert world.commits, "the schedule committed nothing"
     assert len(set(world.generations_seen)) >= 2, "the schedule made no rebalance"
+    assert world.deletions or not deletes, "the schedule deleted no group"
 
 
 def test_the_last_generation_covers_every_partition_once_members_are_calm():
@@ -291,8 +366,8 @@ def test_the_last_generation_covers_every_partition_once_members_are_calm():
     coordinator.close()
     for t in threads:
         t.join(10)
-    last = max(world.synced)
-    assert sorted(p for parts in world.synced[last].values() for p in parts) == list(range(PARTITIONS))
+    last = max(g for g, _, _, _ in world.synced)
+    assert sorted(p for g, _, _, parts in world.synced if g == last for p in parts) == list(range(PARTITIONS))
 
 
 def _settle(world: World, index: int) -> None:
@@ -309,6 +384,6 @@ def _settle(world: World, index: int) -> None:
         code, _, _, assignment = c.sync(GROUP, member, joined.generation, plan)
         if code == Code.NONE:
             with world.lock:
-                world.synced.setdefault(joined.generation, {})[member] = frozenset(assignment)
+                world.synced.append((joined.generation, member, member, frozenset(assignment)))
             while not world.stop.is_set() and c.heartbeat(GROUP, member, joined.generation) == Code.NONE:
                 world.stop.wait(0.01)
