@@ -17,7 +17,9 @@ under a fresh root prefix, then for ``--seconds``:
 - a consumer follows every partition through ``/consume`` on random live
   brokers (what it saw must still be in the log afterwards); with
   ``--groups N`` (and ``--kafka``) a consumer group of librdkafka consumers
-  reads too, and may skip nothing (``testing/_chaos_groups.py``);
+  reads too, and may skip nothing (``testing/_chaos_groups.py``); with
+  ``--kafka`` a kafka-python consumer of every partition reads through fetch
+  sessions, and may skip nothing either (``testing/_chaos_sessions.py``);
 - a nemesis (``testing/_chaos_nemesis.py``) SIGKILLs a random broker or
   compactor every few seconds and restarts it a moment later on the same
   port, and SIGKILLs and restarts the standalone Oxia once (not with
@@ -70,6 +72,7 @@ from testing._chaos_cluster import ChaosCluster
 from testing._chaos_groups import GROUP_KINDS, GroupConsumers
 from testing._chaos_kafka import KafkaClientProducer, idempotence_stats
 from testing._chaos_nemesis import FaultPlan, Nemesis
+from testing._chaos_sessions import SESSION_KINDS, SessionReader
 from testing._chaos_workload import (
     History,
     IdempotentProducer,
@@ -89,6 +92,7 @@ LIVENESS_KINDS = {
     "unavailable": "a broker did not take a produce again after the faults stopped",
     "compaction_stalled": "the compactor did not catch up after the faults stopped",
     **GROUP_KINDS,
+    **SESSION_KINDS,
 }
 
 
@@ -160,6 +164,8 @@ class ChaosReport:
     refusals, and batches still not acknowledged when the run stopped."""
     group: dict[str, int] = field(default_factory=dict)
     """With a consumer group: its consumers, records read, restarts, commits refused, fatal errors."""
+    sessions: dict[str, int] = field(default_factory=dict)
+    """With ``kafka``: the fetch-session reader's records read and poll errors."""
 
     @property
     def ok(self) -> bool:
@@ -183,6 +189,7 @@ class ChaosReport:
             f"consumer while faulting: {self.tail_consumer}",
             *([f"idempotent producers: {self.idempotence}"] if self.idempotence else []),
             *([f"consumer group: {self.group}"] if self.group else []),
+            *([f"fetch-session reader: {self.sessions}"] if self.sessions else []),
             f"compaction: {self.compaction.get('summary', '')}",
             f"phases (s): {self.phases_s}",
         ]
@@ -308,10 +315,12 @@ def run(opts: ChaosOptions, say: Callable[[str], None] = print) -> ChaosReport:
                           interval_s=opts.fault_interval_s, t0=history.t0)
         tail = TailConsumer(cluster, stop, seed=opts.seed)
         group = GroupConsumers(cluster, stop, opts.groups, seed=opts.seed) if opts.groups else None
+        sessions = SessionReader(cluster, stop) if opts.kafka else None
         t0 = history.t0
         tail.start()
-        if group is not None:
-            group.start()
+        for reader in (group, sessions):
+            if reader is not None:
+                reader.start()
         for p in producers:
             p.start()
         if opts.faults:
@@ -327,8 +336,9 @@ def run(opts: ChaosOptions, say: Callable[[str], None] = print) -> ChaosReport:
         for p in producers:
             p.join()
         tail.join()
-        if group is not None:
-            group.join()
+        for reader in (group, sessions):
+            if reader is not None:
+                reader.join()
         if nemesis.is_alive():
             nemesis.join()
         ran_s = time.monotonic() - t0
@@ -353,13 +363,15 @@ def run(opts: ChaosOptions, say: Callable[[str], None] = print) -> ChaosReport:
         after, _ = read_library(cluster.env, cluster.topic, opts.partitions, "library-after-compaction")
         reads.append(after)
         reads.append(tail.read_pass())
-        if group is not None:
-            group.drain(hws, opts.recover_s)
-            reads.append(group.read_pass())
+        for reader in (group, sessions):
+            if reader is not None:
+                reader.drain(hws, opts.recover_s)
+                reads.append(reader.read_pass())
         starts = log_starts(cluster.env, cluster.topic, opts.partitions)
-        if group is not None:
-            liveness += group.check(hws, starts)
-            group.close()
+        for reader in (group, sessions):
+            if reader is not None:
+                liveness += reader.check(hws, starts)
+                reader.close()
         result = check(history.batches, reads)
         if any(s > 1 for s in starts.values()):
             say(f"[chaos] retention moved {sum(s > 1 for s in starts.values())} log starts "
@@ -370,6 +382,7 @@ def run(opts: ChaosOptions, say: Callable[[str], None] = print) -> ChaosReport:
         report.acknowledged_by_window = progress
         report.idempotence = idempotence_stats(history, producers)
         report.group = group.stats() if group is not None else {}
+        report.sessions = sessions.stats() if sessions is not None else {}
     if own_dir and report.ok:
         shutil.rmtree(data_dir, ignore_errors=True)
     return report

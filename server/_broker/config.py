@@ -102,6 +102,11 @@ class BrokerConfig:
         "Requests of one Kafka connection queued or running at once; the listener reads no more until one "
         "is answered.", env="LLOG_KAFKA_MAX_INFLIGHT", default=16, min=2, max=1024,
     )
+    kafka_fetch_sessions: int = setting(
+        "Kafka fetch sessions (KIP-227) a broker keeps at most, least recently used evicted first; a consumer "
+        "in one names only what changed per fetch (Kafka's max.incremental.fetch.session.cache.slots; "
+        "0: none).", env="LLOG_KAFKA_FETCH_SESSIONS", default=1000, min=0, max=1_000_000,
+    )
     kafka_group_initial_rebalance_delay_ms: int = setting(
         "How long a Kafka group's coordinator waits for more members after the first joins an empty group "
         "(Kafka's group.initial.rebalance.delay.ms).", env="LLOG_KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS",

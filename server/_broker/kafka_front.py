@@ -57,7 +57,8 @@ class KafkaFront:
                                port=self.listener.port, runtime=runtime)
             self.service = KafkaService(
                 parts, self.nodes, metrics=broker.metrics, runtime=runtime, root=layout.root,
-                limits=Limits(config.max_wait_ms_cap, config.produce_timeout_ms, config.max_records_per_request),
+                limits=Limits(config.max_wait_ms_cap, config.produce_timeout_ms, config.max_records_per_request,
+                              config.kafka_fetch_sessions),
                 initial_delay_ms=config.kafka_group_initial_rebalance_delay_ms)
             self.nodes.start()
             self.listener.start()

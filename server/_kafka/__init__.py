@@ -8,6 +8,7 @@ APIs, versions and deviations):
   classes generated from Kafka's message schemas;
 - ``listener.py``: sockets, per-connection ordering, the handler pool;
 - ``gather.py``: Fetch answers as buffers, sent without copying the records;
+- ``fetch_sessions.py``: fetch sessions (KIP-227), a consumer's partitions between fetches;
 - ``stalls.py``: flush at once when every producing connection waits on its answers;
 - ``service.py``: dispatch to the handlers of ``cluster.py``, ``produce.py``,
   ``fetch.py`` and ``groups.py``;

@@ -10,9 +10,9 @@ whole batch and the client skips what it did not ask for, as from Kafka. The
 high watermark and last stable offset are the next Kafka offset to be
 written; there are no aborted transactions; ``preferred_read_replica`` is -1.
 A fetch past the high watermark is OFFSET_OUT_OF_RANGE, as in Kafka (the HTTP
-contract waits instead). Fetch sessions (KIP-227) are not kept: every answer
-has session id 0, so clients send full fetches, which they do for a broker
-that answers so.
+contract waits instead). Fetch sessions (KIP-227, ``fetch_sessions.py``)
+keep a client's partitions between fetches: an incremental fetch names only
+what changed, and its answer only the partitions with records or news.
 
 **ListOffsets**: ``-2`` earliest (the log start), ``-1`` latest (the high
 watermark), ``-3`` the record with the largest timestamp, any other value the
@@ -34,6 +34,7 @@ from .._protocol.http_json import ConsumePartition, ConsumeRequest
 from .._protocol.kafka_batch import kafka_offset, llog_offset
 from .._protocol.keys import TopicPartition, is_valid, validate_topic
 from .errors import Code, error_code
+from .fetch_sessions import SessionPartition, forgotten_of
 from .gather import RecordParts
 
 if TYPE_CHECKING:
@@ -48,34 +49,41 @@ _EARLIEST, _LATEST, _MAX_TIMESTAMP = -2, -1, -3
 
 
 def fetch(svc: KafkaService, req: KafkaRequest) -> Any:
-    body = req.body
+    body, v = req.body, req.version
     if svc.parts.consume is None:
-        return FetchResponse[req.version](throttle_time_ms=0, error_code=Code.NOT_LEADER_OR_FOLLOWER, session_id=0,
-                                          responses=[])
-    wanted, seen, refused = [], set(), []
+        return FetchResponse[v](throttle_time_ms=0, error_code=Code.NOT_LEADER_OR_FOLLOWER, session_id=0,
+                                responses=[])
+    asked: dict[tuple[str, int], SessionPartition] = {}
     for t in body.topics:
         for p in t.partitions:
-            if (t.topic, p.partition) in seen:
-                continue
-            seen.add((t.topic, p.partition))
-            if not is_valid(validate_topic, t.topic) or p.partition < 0 or p.fetch_offset < 0:
-                code = Code.OFFSET_OUT_OF_RANGE if p.fetch_offset < 0 else Code.UNKNOWN_TOPIC_OR_PARTITION
-                refused.append((t.topic, _FP(partition_index=p.partition, error_code=code, high_watermark=-1,
-                                             last_stable_offset=-1, log_start_offset=-1, aborted_transactions=None,
-                                             preferred_read_replica=-1, records=b"")))
-                continue
-            wanted.append(ConsumePartition(t.topic, p.partition, llog_offset(p.fetch_offset),
-                                           max(p.partition_max_bytes, 0)))
+            asked.setdefault((t.topic, p.partition), SessionPartition(p.fetch_offset, max(p.partition_max_bytes, 0)))
+    ctx = svc.fetch_sessions.begin(body.session_id if v >= 7 else 0, body.session_epoch if v >= 7 else -1,
+                                   list(asked.items()), forgotten_of(body, v))
+    svc.metrics.inc("kafka_fetches_total", session=ctx.kind)
+    svc.metrics.set_gauge("kafka_fetch_sessions", len(svc.fetch_sessions))
+    if ctx.error != Code.NONE:
+        return FetchResponse[v](throttle_time_ms=0, error_code=ctx.error, session_id=0, responses=[])
+    wanted, refused = [], []
+    for (topic, partition), part in ctx.partitions:
+        if not is_valid(validate_topic, topic) or partition < 0 or part.fetch_offset < 0:
+            code = Code.OFFSET_OUT_OF_RANGE if part.fetch_offset < 0 else Code.UNKNOWN_TOPIC_OR_PARTITION
+            refused.append((topic, _FP(partition_index=partition, error_code=code, high_watermark=-1,
+                                       last_stable_offset=-1, log_start_offset=-1, aborted_transactions=None,
+                                       preferred_read_replica=-1, records=b"")))
+            continue
+        wanted.append(ConsumePartition(topic, partition, llog_offset(part.fetch_offset), part.max_bytes))
     result = svc.parts.consume.consume(ConsumeRequest(
         tuple(wanted), max_wait_ms=min(max(body.max_wait_ms, 0), svc.limits.max_wait_ms_cap),
-        min_bytes=max(body.min_bytes, 0), max_bytes=max(body.max_bytes, 0) if req.version >= 3 else 1 << 31))
+        min_bytes=max(body.min_bytes, 0), max_bytes=max(body.max_bytes, 0) if v >= 3 else 1 << 31))
+    answers = [(part.topic, _partition(part)) for part in result.partitions] + refused
+    named = ctx.answered(((t, a.partition_index), a.error_code, a.high_watermark, a.log_start_offset,
+                          bool(a.records)) for t, a in answers)
     by_topic: dict[str, list[Any]] = {}
-    for part in result.partitions:
-        by_topic.setdefault(part.topic, []).append(_partition(part))
-    for topic, answer in refused:
-        by_topic.setdefault(topic, []).append(answer)
-    return FetchResponse[req.version](
-        throttle_time_ms=0, error_code=0, session_id=0,
+    for topic, answer in answers:
+        if (topic, answer.partition_index) in named:
+            by_topic.setdefault(topic, []).append(answer)
+    return FetchResponse[v](
+        throttle_time_ms=0, error_code=0, session_id=ctx.session_id,
         responses=[_FT(topic=name, partitions=parts) for name, parts in by_topic.items()])
 
 

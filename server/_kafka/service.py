@@ -33,6 +33,7 @@ from . import admin, cluster, fetch, groups, produce
 from .codec import FETCH, OFFSET_COMMIT, PRODUCE, KafkaRequest, encode_response
 from .gather import Answer, RecordParts, encode_gathered
 from .coordinator import GroupCoordinator
+from .fetch_sessions import DEFAULT_SLOTS, FetchSessions
 from .nodes import Nodes
 
 __all__ = ["KafkaParts", "KafkaService", "cluster_id"]
@@ -63,6 +64,8 @@ class Limits:
     max_wait_ms_cap: int
     produce_timeout_ms: int
     max_records_per_request: int
+    fetch_sessions: int = DEFAULT_SLOTS
+    """Fetch sessions kept at most (0: none)."""
 
 
 Handler = Callable[["KafkaService", KafkaRequest], Any]
@@ -90,6 +93,8 @@ class KafkaService:
         self.cluster_id = cluster_id(root)
         self.coordinator = GroupCoordinator(parts.group_offsets, nodes, runtime=runtime, metrics=metrics,
                                             initial_delay_ms=initial_delay_ms)
+        self.fetch_sessions = FetchSessions(limits.fetch_sessions,
+                                            new_id=lambda: runtime.ids.uuid4().int & 0x7FFFFFFF)
 
     def close(self) -> None:
         self.coordinator.close()

@@ -67,6 +67,10 @@ _KAFKA = (
     _g("kafka_connections", "Kafka client connections open now"),
     _c("kafka_stall_flushes_total", "Flushes started at once because every producing Kafka connection had 5 "
        "produce requests waiting (no more bytes could come)"),
+    _c("kafka_fetches_total", "Kafka fetches by session kind (KIP-227): sessionless, opened (a full fetch opening "
+       "a session), incremental, closed (a full fetch closing one), not_found or bad_epoch (refused: the client "
+       "starts a new session)", "session"),
+    _g("kafka_fetch_sessions", "Kafka fetch sessions kept now"),
 )
 
 _PRODUCE = (

@@ -42,7 +42,8 @@ def _assert_progress_in_both_halves(report: ChaosReport) -> None:
 def test_idempotent_http_and_kafka_writes_are_stored_once_under_sigkills_and_an_oxia_restart(tmp_path) -> None:
     """Idempotent HTTP producers and librdkafka idempotent producers (acks=all, through the
     brokers' Kafka listeners) on the same partitions, read by a librdkafka consumer group whose
-    coordinator the faults move (it may skip nothing)."""
+    coordinator the faults move and by kafka-python through fetch sessions (neither may skip
+    anything)."""
     opts = ChaosOptions(
         idempotent=True,
         kafka=True,
@@ -68,6 +69,7 @@ def test_idempotent_http_and_kafka_writes_are_stored_once_under_sigkills_and_an_
     assert report.idempotence["retried"] > 0, report.summary()
     assert report.idempotence["kafka_delivered"] > 500, report.summary()
     assert report.group["records"] > 500 and report.group["restarts"] >= 1, report.summary()
+    assert report.sessions["records"] > 500, report.summary()  # kafka-python's reads through fetch sessions
     assert report.ok, f"{report.summary()}\nprocess logs: {report.data_dir}/logs"
 
 

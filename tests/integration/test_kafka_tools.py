@@ -64,7 +64,14 @@ def test_console_producer_to_console_consumer_and_the_group_command(broker, uniq
     assert sorted((r[1], r[2]) for r in rows) == [(unique_topic, "0"), (unique_topic, "1")]
     assert sum(int(r[3]) for r in rows) == 30 and all(r[3] == r[4] and r[5] == "0" for r in rows)
     assert group in _tool("consumer.group.ConsumerGroupCommand", *bs, "--list").split()
-    # The group has no members now: its offsets of partition 0, then the whole group, are deleted.
+    # The group has no members now: its offsets are reset, and then deleted.
+    ends = {r[2]: int(r[4]) for r in rows}
+    assert _reset(bs, group, unique_topic, "--to-earliest") == {"0": 0, "1": 0}
+    assert _reset(bs, group, unique_topic, "--shift-by", "5") == {p: min(5, end) for p, end in ends.items()}
+    assert _reset(bs, group, unique_topic, "--to-datetime", "2000-01-01T00:00:00.000") == {"0": 0, "1": 0}
+    assert _reset(bs, group, unique_topic, "--to-latest") == ends
+    stored = broker.client.request("GET", f"/groups/{group}/offsets").json["offsets"]
+    assert {str(o["partition"]): o["offset"] - 1 for o in stored} == ends  # llog's offsets are Kafka's + 1
     out = _tool("consumer.group.ConsumerGroupCommand", *bs, "--delete-offsets", "--group", group,
                 "--topic", f"{unique_topic}:0")
     assert [line.split() for line in out.splitlines() if line.startswith(unique_topic)] == [
@@ -75,6 +82,14 @@ def test_console_producer_to_console_consumer_and_the_group_command(broker, uniq
     assert "successful" in out, out
     assert group not in _tool("consumer.group.ConsumerGroupCommand", *bs, "--list").split()
     assert broker.client.request("GET", f"/groups/{group}/offsets").status == 404
+
+
+def _reset(bs: list[str], group: str, topic: str, *how: str) -> dict[str, int]:
+    """``kafka-consumer-groups --reset-offsets ... --execute``: the new offset of each partition."""
+    out = _tool("consumer.group.ConsumerGroupCommand", *bs, "--reset-offsets", "--group", group, "--topic", topic,
+                *how, "--execute")
+    # GROUP TOPIC PARTITION NEW-OFFSET
+    return {r[2]: int(r[3]) for r in (line.split() for line in out.splitlines()) if r[:2] == [group, topic]}
 
 
 def test_producer_and_consumer_performance_move_every_record(broker, unique_topic):
@@ -162,3 +177,30 @@ def test_a_java_static_leader_restarts_and_skips_the_assignor(broker, unique_top
         b.close()
     finally:
         a.stop()
+
+
+def test_the_java_consumer_reads_through_incremental_fetch_sessions(broker, unique_topic):
+    """Kafka's Java consumer opens a fetch session (KIP-227) and, once idle, fetches naming no
+    partition; records written then reach it through those incremental fetches."""
+    bs = ["--bootstrap-server", broker.kafka]
+    _tool("TopicCommand", *bs, "--create", "--topic", unique_topic, "--partitions", "4")
+    producer = Producer({"bootstrap.servers": broker.kafka})
+    consumer = _JavaConsumer(broker.kafka, unique_topic, f"{unique_topic}-sessions", "s")
+    try:
+        for round_ in range(2):
+            before = broker.client.counter("kafka_fetches_total", session="incremental")
+            # The consumer is idle between rounds: its next fetches are incremental ones.
+            wait_until(lambda: broker.client.counter("kafka_fetches_total", session="incremental") >= before + 2,
+                       60, lambda: f"{broker.client.metrics()['counters'].get('kafka_fetches_total')}\n"
+                                   f"{''.join(consumer.lines[-20:])}", interval_s=0.2)
+            for i in range(20):
+                producer.produce(unique_topic, f"r{round_}-{i}".encode(), partition=i % 4)
+            assert producer.flush(30) == 0
+            want = {f"r{r}-{i}" for r in range(round_ + 1) for i in range(20)}
+            wait_until(lambda: want <= {line.strip() for line in consumer.lines}, 60,
+                       lambda: "".join(consumer.lines[-20:]), interval_s=0.2)
+    finally:
+        consumer.stop()
+    assert broker.client.counter("kafka_fetches_total", session="opened") >= 1
+    assert broker.client.counter("kafka_fetches_total", session="sessionless") == 0  # librdkafka's only
+    assert broker.client.counter("kafka_fetches_total", session="not_found") == 0
