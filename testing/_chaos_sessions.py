@@ -19,6 +19,7 @@ and what it read joins the history check as an incomplete read.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from typing import Any, Mapping
@@ -48,6 +49,8 @@ class SessionReader(threading.Thread):
     def run(self) -> None:
         from kafka import KafkaConsumer, TopicPartition
 
+        # Its own warnings (a slow poll while brokers die) are the faults' doing, not findings.
+        logging.getLogger("kafka").setLevel(logging.ERROR)
         self._consumer = KafkaConsumer(
             bootstrap_servers=self._cluster.kafka_bootstrap.split(","), auto_offset_reset="earliest",
             enable_auto_commit=False, fetch_max_wait_ms=100, reconnect_backoff_max_ms=500,
