@@ -1,6 +1,6 @@
 """The chaos run's fetch-session reader: kafka-python following every partition through the Kafka listeners.
 
-With ``testing.chaos --kafka`` one kafka-python consumer assigned to every
+With ``testing.chaos --kafka --sessions`` one kafka-python consumer assigned to every
 partition reads from the start while the faults run. kafka-python keeps a
 fetch session per broker (KIP-227): after its first fetch it names only the
 partitions whose offset moved, and the broker answers only those with

@@ -18,8 +18,9 @@ under a fresh root prefix, then for ``--seconds``:
   brokers (what it saw must still be in the log afterwards); with
   ``--groups N`` (and ``--kafka``) a consumer group of librdkafka consumers
   reads too, and may skip nothing (``testing/_chaos_groups.py``); with
-  ``--kafka`` a kafka-python consumer of every partition reads through fetch
-  sessions, and may skip nothing either (``testing/_chaos_sessions.py``);
+  ``--sessions`` (and ``--kafka``) a kafka-python consumer of every partition
+  reads through fetch sessions, and may skip nothing either
+  (``testing/_chaos_sessions.py``);
 - a nemesis (``testing/_chaos_nemesis.py``) SIGKILLs a random broker or
   compactor every few seconds and restarts it a moment later on the same
   port, and SIGKILLs and restarts the standalone Oxia once (not with
@@ -126,6 +127,8 @@ class ChaosOptions:
     """librdkafka idempotent producers through the brokers' Kafka listeners (``_chaos_kafka.py``)."""
     groups: int = 0
     """With ``kafka``: librdkafka consumers in one group, every other one static (``_chaos_groups.py``)."""
+    sessions: bool = False
+    """With ``kafka``: a kafka-python reader of every partition through fetch sessions (``_chaos_sessions.py``)."""
     seed: int = 0
     data_dir: Path | None = None
     progress_s: float = 5.0
@@ -315,7 +318,7 @@ def run(opts: ChaosOptions, say: Callable[[str], None] = print) -> ChaosReport:
                           interval_s=opts.fault_interval_s, t0=history.t0)
         tail = TailConsumer(cluster, stop, seed=opts.seed)
         group = GroupConsumers(cluster, stop, opts.groups, seed=opts.seed) if opts.groups else None
-        sessions = SessionReader(cluster, stop) if opts.kafka else None
+        sessions = SessionReader(cluster, stop) if opts.kafka and opts.sessions else None
         t0 = history.t0
         tail.start()
         for reader in (group, sessions):
@@ -453,6 +456,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--groups", type=int, default=0, metavar="N",
                    help="with --kafka: N librdkafka consumers in one group (every other one static), restarted now "
                         "and then, whose coordinator the faults move: no record may be skipped")
+    p.add_argument("--sessions", action="store_true",
+                   help="with --kafka: a kafka-python consumer of every partition reads through fetch sessions "
+                        "(KIP-227), which broker kills end: no record may be skipped")
     p.add_argument("--retention-ms", type=int, default=15_000,
                    help="the topic's retention.ms: log starts move past old compacted ranges while the faults "
                         "run; acknowledged records below them are let go (default 15000; -1 keeps everything)")
@@ -475,7 +481,7 @@ def options_from_args(args: argparse.Namespace, seed: int) -> ChaosOptions:
         compaction_wait_s=args.compaction_wait, retention_ms=args.retention_ms, seed=seed, data_dir=args.data_dir,
         pause=args.pause or args.all, minio_restart=args.minio_restart or args.all,
         compactors=2 if args.two_compactors or args.all else 1, oxia_node_loss=args.oxia_node_loss or args.all,
-        idempotent=args.idempotent, kafka=args.kafka, groups=args.groups,
+        idempotent=args.idempotent, kafka=args.kafka, groups=args.groups, sessions=args.sessions,
     )
 
 
@@ -484,8 +490,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     seed = args.seed if args.seed is not None else int(time.time())
     opts = options_from_args(args, seed)
-    if opts.groups and not opts.kafka:
-        print("[chaos] --groups needs --kafka (the consumers read through the Kafka listeners)", file=sys.stderr)
+    if (opts.groups or opts.sessions) and not opts.kafka:
+        print("[chaos] --groups and --sessions need --kafka (the consumers read through the Kafka listeners)",
+              file=sys.stderr)
         return 2
     print(f"[chaos] seed {seed}", flush=True)
     try:

@@ -48,6 +48,7 @@ def test_idempotent_http_and_kafka_writes_are_stored_once_under_sigkills_and_an_
         idempotent=True,
         kafka=True,
         groups=2,
+        sessions=True,
         seconds=25.0,  # the broker turn, the Oxia restart and the compactor turn, on a loaded 2-core machine
         producers=8,
         partitions=16,
