@@ -32,7 +32,7 @@ import threading
 import time
 from typing import Any, Mapping
 
-from testing.history import ReadPass, Violation
+from testing.history import ReadPass, Violation, behind, follower_gaps
 
 __all__ = ["GroupConsumers", "GROUP_KINDS"]
 
@@ -104,10 +104,8 @@ class GroupConsumers(threading.Thread):
 
     def drain(self, hws: Mapping[int, int], timeout_s: float) -> None:
         """Read on (after the faults) until every partition is read to ``hws`` or ``timeout_s`` passes."""
-        topic = self._cluster.topic
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and any(
-                hw > 0 and max(self.records[(topic, p)], default=0) < hw for p, hw in hws.items()):
+        while time.monotonic() < deadline and behind(self.records, self._cluster.topic, hws):
             self._poll_all()
 
     def close(self) -> None:
@@ -120,18 +118,8 @@ class GroupConsumers(threading.Thread):
 
     def check(self, hws: Mapping[int, int], log_starts: Mapping[int, int]) -> list[Violation]:
         topic = self._cluster.topic
-        found = [Violation("group_fatal", topic, -1, None, None, f) for f in self.fatal]
-        for p, hw in sorted(hws.items()):
-            seen = self.records[(topic, p)]
-            if hw > 0 and max(seen, default=0) < hw:
-                found.append(Violation("group_behind", topic, p, max(seen, default=0), None,
-                                       f"group {self.group!r} read up to offset {max(seen, default=0)} of {hw}"))
-            missed = [o for o in range(log_starts.get(p, 1), hw + 1) if o not in seen]
-            if missed:
-                found.append(Violation("group_skipped", topic, p, missed[0], None,
-                                       f"{len(missed)} of the offsets {log_starts.get(p, 1)}-{hw} never given to "
-                                       f"group {self.group!r} (first {missed[:5]})"))
-        return found
+        return [Violation("group_fatal", topic, -1, None, None, f) for f in self.fatal] + follower_gaps(
+            "group", f"group {self.group!r}", self.records, topic, hws, log_starts)
 
     def stats(self) -> dict[str, int]:
         return {"consumers": self._count, "records": sum(len(r) for r in self.records.values()),

@@ -24,7 +24,7 @@ import threading
 import time
 from typing import Any, Mapping
 
-from testing.history import ReadPass, Violation
+from testing.history import ReadPass, Violation, behind, follower_gaps
 
 __all__ = ["SessionReader", "SESSION_KINDS"]
 
@@ -71,10 +71,9 @@ class SessionReader(threading.Thread):
 
     def drain(self, hws: Mapping[int, int], timeout_s: float) -> None:
         """Read on (after the faults) until every partition is read to ``hws`` or ``timeout_s`` passes."""
-        topic = self._cluster.topic
         deadline = time.monotonic() + timeout_s
-        while self._consumer is not None and time.monotonic() < deadline and any(
-                hw > 0 and max(self.records[(topic, p)], default=0) < hw for p, hw in hws.items()):
+        while self._consumer is not None and time.monotonic() < deadline and behind(
+                self.records, self._cluster.topic, hws):
             self._poll()
 
     def close(self) -> None:
@@ -86,19 +85,8 @@ class SessionReader(threading.Thread):
         return ReadPass("kafka-sessions", self.records, complete=False)
 
     def check(self, hws: Mapping[int, int], log_starts: Mapping[int, int]) -> list[Violation]:
-        topic = self._cluster.topic
-        found = []
-        for p, hw in sorted(hws.items()):
-            seen = self.records[(topic, p)]
-            if hw > 0 and max(seen, default=0) < hw:
-                found.append(Violation("sessions_behind", topic, p, max(seen, default=0), None,
-                                       f"the fetch-session reader read up to offset {max(seen, default=0)} of {hw}"))
-            missed = [o for o in range(log_starts.get(p, 1), hw + 1) if o not in seen]
-            if missed:
-                found.append(Violation("sessions_skipped", topic, p, missed[0], None,
-                                       f"{len(missed)} of the offsets {log_starts.get(p, 1)}-{hw} never given to "
-                                       f"the fetch-session reader (first {missed[:5]})"))
-        return found
+        return follower_gaps("sessions", "the fetch-session reader", self.records, self._cluster.topic, hws,
+                             log_starts)
 
     def stats(self) -> dict[str, int]:
         return {"records": sum(len(r) for r in self.records.values()), "poll_errors": self.errors}

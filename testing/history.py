@@ -46,7 +46,7 @@ from server._errors import OutcomeUnknown
 __all__ = [
     "Outcome", "OK", "FAILED", "UNKNOWN", "OUTCOMES", "KINDS", "is_unknown_outcome",
     "Batch", "ProducedBatch", "ReadPass", "Violation", "CheckResult",
-    "check", "check_order", "check_spans", "Tracker",
+    "check", "check_order", "check_spans", "Tracker", "behind", "follower_gaps",
 ]
 
 TP = tuple[str, int]
@@ -147,6 +147,29 @@ class ProducedBatch:
         if self.sent_s is None or self.answered_s is None:
             return ""
         return f" (sent at {self.sent_s:.1f}s, answered at {self.answered_s:.1f}s)"
+
+
+def behind(records: Mapping[TP, Mapping[int, bytes]], topic: str, hws: Mapping[int, int]) -> bool:
+    """Whether a follower of ``topic`` has not yet read some partition to its high watermark in ``hws``."""
+    return any(hw > 0 and max(records[(topic, p)], default=0) < hw for p, hw in hws.items())
+
+
+def follower_gaps(kind: str, who: str, records: Mapping[TP, Mapping[int, bytes]], topic: str,
+                  hws: Mapping[int, int], log_starts: Mapping[int, int]) -> list[Violation]:
+    """What a follower that must miss nothing missed: ``{kind}_behind`` per partition it did not read
+    to its end, ``{kind}_skipped`` per partition with offsets (from the final log start) it was never given."""
+    found = []
+    for p, hw in sorted(hws.items()):
+        seen = records[(topic, p)]
+        if hw > 0 and max(seen, default=0) < hw:
+            found.append(Violation(f"{kind}_behind", topic, p, max(seen, default=0), None,
+                                   f"{who} read up to offset {max(seen, default=0)} of {hw}"))
+        missed = [o for o in range(log_starts.get(p, 1), hw + 1) if o not in seen]
+        if missed:
+            found.append(Violation(f"{kind}_skipped", topic, p, missed[0], None,
+                                   f"{len(missed)} of the offsets {log_starts.get(p, 1)}-{hw} never given to "
+                                   f"{who} (first {missed[:5]})"))
+    return found
 
 
 @dataclass(frozen=True)

@@ -261,12 +261,7 @@ def _zombie_commits(world: World, c: GroupCoordinator, iid: str | None, old: str
     coordinator must fence it, or Oxia refuse it."""
     if not old or c.check_commit(GROUP, old, generation, iid) != Code.NONE:
         return
-    try:
-        world.offsets.commit(GROUP, [(TopicPartition(TOPIC, 0), 1, "")], generation=generation, member=old)
-    except LlogError:
-        return
-    with world.lock:
-        world.violations.append(f"{old} ({iid}) committed after its instance rejoined")
+    _refused_in_oxia(world, old, generation, f"{old} ({iid}) committed after its instance rejoined")
 
 
 def _ghost_commits(world: World, member: str, generation: int) -> None:
@@ -274,12 +269,18 @@ def _ghost_commits(world: World, member: str, generation: int) -> None:
     request through a coordinator that missed the deletion would: Oxia must refuse it."""
     with world.lock:
         world.ghosts += 1
+    _refused_in_oxia(world, member, generation, f"{member} of generation {generation} committed after the group "
+                                                "was deleted")
+
+
+def _refused_in_oxia(world: World, member: str, generation: int, violation: str) -> None:
+    """A commit conditional on ``member`` and ``generation`` that Oxia must refuse; ``violation`` if not."""
     try:
         world.offsets.commit(GROUP, [(TopicPartition(TOPIC, 0), 1, "")], generation=generation, member=member)
     except LlogError:
         return
     with world.lock:
-        world.violations.append(f"{member} of generation {generation} committed after the group was deleted")
+        world.violations.append(violation)
 
 
 def _drive(world: World, seconds: float, cap_s: float = 30.0) -> None:
