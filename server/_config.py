@@ -57,6 +57,12 @@ class OxiaConfig:
     client_identifier: str | None = setting(
         "Identity this client reports to Oxia (unset: a random UUID).", env="LLOG_CLIENT_IDENTIFIER", default=None
     )
+    request_timeout_ms: int = setting(
+        "How long an Oxia request may go unanswered before it fails (retriable); keepalive pings, derived "
+        "from it, find a lost or paused Oxia server for the streams that have no deadline.",
+        env="LLOG_OXIA_REQUEST_TIMEOUT_MS", default=10_000, min=1_000, max=600_000,
+        why="below a second, a busy Oxia (a leader election, a slow disk) fails requests that would have succeeded",
+    )
 
     def __post_init__(self) -> None:
         check_settings(self)

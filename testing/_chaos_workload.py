@@ -67,6 +67,8 @@ MAX_ERRORS_PER_PARTITION = 20_000
 """A read stops stepping over unreadable offsets of a partition after this many."""
 RETRIES = 5
 """Attempts of a read that failed with a retriable error before the offset counts as unreadable."""
+CONTROL_READ_S = 60.0
+"""How long a read retries a partition's control record before the run fails."""
 
 
 # -- produce ----------------------------------------------------------------------------
@@ -365,13 +367,17 @@ def _library_partition(reader: Any, topic: str, partition: int) -> tuple[dict[in
     from server._errors import LlogError
 
     def retrying(fn: Any) -> Any:
-        for attempt in range(RETRIES):
+        """``fn()``, retried for up to CONTROL_READ_S: an Oxia cluster that lost a
+        server may still be electing leaders when the faults have stopped."""
+        deadline, attempt = time.monotonic() + CONTROL_READ_S, 0
+        while True:
             try:
                 return fn()
             except LlogError as exc:
-                if not exc.retriable or attempt == RETRIES - 1:
+                if not exc.retriable or time.monotonic() > deadline:
                     raise
-                time.sleep(0.2 * 2**attempt)  # backoff between retries of a transient storage error
+                attempt += 1
+                time.sleep(min(0.2 * 2**attempt, 2.0))  # backoff between retries of a transient storage error
 
     control = retrying(lambda: reader.control(topic, partition))
     hw = control.high_watermark

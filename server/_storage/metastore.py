@@ -81,18 +81,19 @@ class OxiaMetadataStore:
     def __init__(self, config: OxiaConfig, metrics: LlogMetrics | None = None) -> None:
         import oxia  # imported here so unit tests with the fake need no grpc
 
-        from . import oxia_compat
+        from . import oxia_channel, oxia_compat
 
         oxia_compat.apply()
         self._oxia = oxia
         self._metrics = metrics or LlogMetrics()
         self._config = config
         try:
-            self._client = oxia.Client(
+            self._client = oxia_channel.connect(
                 config.service_address,
                 namespace=config.namespace,
                 session_timeout_ms=config.session_timeout_ms,
                 client_identifier=config.client_identifier,
+                request_timeout_ms=config.request_timeout_ms,
             )
         except Exception as exc:  # grpc raises many types while connecting
             raise MetadataStoreError(
@@ -122,10 +123,18 @@ class OxiaMetadataStore:
     def _fail(self, op: str, key: str, exc: BaseException) -> LlogError:
         if isinstance(exc, self._oxia.ex.UnexpectedVersionId):
             return VersionConflict(f"Oxia {op} of {key!r}: version changed")
-        return MetadataStoreError(
-            f"Oxia {op} of {key!r} failed against {self._config.service_address}: "
-            f"{type(exc).__name__}: {exc}"
-        )
+        code, where = _grpc_code(exc), f"the Oxia cluster at {self._config.service_address}"
+        if code == "DEADLINE_EXCEEDED":
+            return MetadataStoreError(
+                f"Oxia {op} of {key!r}: no answer from {where} within {self._config.request_timeout_ms} ms "
+                "(LLOG_OXIA_REQUEST_TIMEOUT_MS); is an Oxia server down or paused?"
+            )
+        if code == "UNAVAILABLE":
+            return MetadataStoreError(
+                f"Oxia {op} of {key!r}: {where} is unreachable ({exc.details()}); is an Oxia server down or paused?"
+            )
+        detail = f"{type(exc).__name__}: {exc}" if code is None else f"{code}: {exc.details()}"
+        return MetadataStoreError(f"Oxia {op} of {key!r} failed against {where}: {detail}")
 
     def get(self, key: str, partition_key: str) -> Record | None:
         with self._metrics.oxia_op("get"), self._translated("get", key):
@@ -218,6 +227,15 @@ class OxiaMetadataStore:
             self._client.close()
         except Exception:  # closing a broken channel must not mask the caller's error
             pass
+
+
+def _grpc_code(exc: BaseException) -> str | None:
+    """The gRPC status code name of a failed call, if it is one."""
+    code = getattr(exc, "code", None)
+    try:
+        return None if code is None else code().name
+    except Exception:  # not a grpc.RpcError after all
+        return None
 
 
 class InMemoryMetadataStore:

@@ -155,3 +155,66 @@ def test_get_many_answers_each_get_in_order_across_shards_and_split_answers(tmp_
             assert store.get_many([]) == [] and store.get_many(wanted[:1]) == [store.get(*wanted[0])]
         finally:
             store.close()
+
+
+def test_requests_to_a_paused_oxia_fail_at_their_deadline_and_work_after_it_resumes(tmp_path):
+    """oxia 0.2.1 sends requests with no deadline: a client of a SIGSTOPped
+    server waited for good. Each call now fails with MetadataStoreError after
+    LLOG_OXIA_REQUEST_TIMEOUT_MS (range scans through keepalive pings, they
+    have no deadline), and the same store works once the server is back."""
+    import os
+    import signal
+    import time
+
+    from devstack import LocalStack
+    from server._errors import MetadataStoreError
+
+    with LocalStack(tmp_path / "stack") as local:
+        env = {**local.settings.env(root_prefix="paused"), "LLOG_OXIA_REQUEST_TIMEOUT_MS": "1000"}
+        store = OxiaMetadataStore(OxiaConfig.from_env(env))
+        (oxia,) = [p for p in local.processes if "oxia" in p.name]
+        calls = {
+            "put": lambda: store.put("paused/k/1", b"v", partition_key="p"),
+            "get": lambda: store.get("paused/k/0", "p"),
+            "get_many": lambda: store.get_many([("paused/k/0", "p"), ("paused/k/2", "q")]),
+            "list_keys": lambda: store.list_keys("paused/k/", "paused/k/~", "p"),
+            "range_scan": lambda: list(store.range_scan("paused/k/", "paused/k/~", "p")),
+        }
+        outcomes: dict[str, BaseException | None] = {}
+
+        def run(name: str) -> None:
+            try:
+                calls[name]()
+            except BaseException as exc:  # the outcome under test
+                outcomes[name] = exc
+            else:
+                outcomes[name] = None
+
+        try:
+            store.put("paused/k/0", b"before", partition_key="p")
+            os.kill(oxia.pid, signal.SIGSTOP)
+            try:
+                threads = [threading.Thread(target=run, args=(name,), daemon=True) for name in calls]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join(timeout=90)  # a bound on a hang, not a speed claim: keepalive takes ~6 s
+                assert not [t for t in threads if t.is_alive()], f"calls still waiting: {sorted(set(calls) - set(outcomes))}"
+            finally:
+                os.kill(oxia.pid, signal.SIGCONT)
+            for name, exc in outcomes.items():
+                assert isinstance(exc, MetadataStoreError), f"{name}: {exc!r}"
+                assert "is an Oxia server down or paused?" in str(exc), f"{name}: {exc}"
+
+            deadline = time.monotonic() + 60
+            while True:  # the channel reconnects within its 5 s backoff cap
+                try:
+                    store.put("paused/k/1", b"after", partition_key="p")
+                    break
+                except MetadataStoreError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.2)
+            assert [r.value for r in store.range_scan("paused/k/", "paused/k/~", "p")] == [b"before", b"after"]
+        finally:
+            store.close()
