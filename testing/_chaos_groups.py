@@ -105,8 +105,18 @@ class GroupConsumers(threading.Thread):
     def drain(self, hws: Mapping[int, int], timeout_s: float) -> None:
         """Read on (after the faults) until every partition is read to ``hws`` or ``timeout_s`` passes."""
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and behind(self.records, self._cluster.topic, hws):
+        while time.monotonic() < deadline and behind(self.records, self._cluster.topic, hws, self.positions()):
             self._poll_all()
+
+    def positions(self) -> dict[int, int]:
+        """Partition -> the position (Kafka's next offset, llog's last offset before it) of the
+        member that holds it; partitions no member holds are absent."""
+        out: dict[int, int] = {}
+        for c in self._consumers:
+            for tp in c.position(c.assignment()):
+                if tp.offset >= 0:
+                    out[tp.partition] = max(out.get(tp.partition, 0), tp.offset)
+        return out
 
     def close(self) -> None:
         for c in self._consumers:
@@ -119,7 +129,7 @@ class GroupConsumers(threading.Thread):
     def check(self, hws: Mapping[int, int], log_starts: Mapping[int, int]) -> list[Violation]:
         topic = self._cluster.topic
         return [Violation("group_fatal", topic, -1, None, None, f) for f in self.fatal] + follower_gaps(
-            "group", f"group {self.group!r}", self.records, topic, hws, log_starts)
+            "group", f"group {self.group!r}", self.records, topic, hws, log_starts, self.positions())
 
     def stats(self) -> dict[str, int]:
         return {"consumers": self._count, "records": sum(len(r) for r in self.records.values()),

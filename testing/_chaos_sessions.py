@@ -73,8 +73,20 @@ class SessionReader(threading.Thread):
         """Read on (after the faults) until every partition is read to ``hws`` or ``timeout_s`` passes."""
         deadline = time.monotonic() + timeout_s
         while self._consumer is not None and time.monotonic() < deadline and behind(
-                self.records, self._cluster.topic, hws):
+                self.records, self._cluster.topic, hws, self.positions()):
             self._poll()
+
+    def positions(self) -> dict[int, int]:
+        """Partition -> the consumer's position (Kafka's next offset, llog's last offset before
+        it), for the partitions that have one."""
+        if self._consumer is None:
+            return {}
+        out = {}
+        for tp in self._consumer.assignment():
+            at = self._consumer.position(tp, timeout_ms=0)
+            if at is not None:
+                out[tp.partition] = at
+        return out
 
     def close(self) -> None:
         if self._consumer is not None:
@@ -86,7 +98,7 @@ class SessionReader(threading.Thread):
 
     def check(self, hws: Mapping[int, int], log_starts: Mapping[int, int]) -> list[Violation]:
         return follower_gaps("sessions", "the fetch-session reader", self.records, self._cluster.topic, hws,
-                             log_starts)
+                             log_starts, self.positions())
 
     def stats(self) -> dict[str, int]:
         return {"records": sum(len(r) for r in self.records.values()), "poll_errors": self.errors}

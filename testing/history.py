@@ -149,21 +149,34 @@ class ProducedBatch:
         return f" (sent at {self.sent_s:.1f}s, answered at {self.answered_s:.1f}s)"
 
 
-def behind(records: Mapping[TP, Mapping[int, bytes]], topic: str, hws: Mapping[int, int]) -> bool:
-    """Whether a follower of ``topic`` has not yet read some partition to its high watermark in ``hws``."""
-    return any(hw > 0 and max(records[(topic, p)], default=0) < hw for p, hw in hws.items())
+def reached(records: Mapping[TP, Mapping[int, bytes]], topic: str, partition: int,
+            positions: Mapping[int, int]) -> int:
+    """The offset up to which a follower of ``topic`` is done with ``partition``: the last record
+    it read, or where its client's position says it is (``positions``: llog's offset of the last
+    record before it, which is Kafka's next offset), whichever is further. A Kafka client moves its
+    position past records only by reading them or by resetting to the log start when retention
+    took them; a follower stuck without a position is behind."""
+    return max(max(records[(topic, partition)], default=0), positions.get(partition, 0))
+
+
+def behind(records: Mapping[TP, Mapping[int, bytes]], topic: str, hws: Mapping[int, int],
+           positions: Mapping[int, int]) -> bool:
+    """Whether a follower of ``topic`` has not yet reached some partition's high watermark in ``hws``."""
+    return any(hw > 0 and reached(records, topic, p, positions) < hw for p, hw in hws.items())
 
 
 def follower_gaps(kind: str, who: str, records: Mapping[TP, Mapping[int, bytes]], topic: str,
-                  hws: Mapping[int, int], log_starts: Mapping[int, int]) -> list[Violation]:
-    """What a follower that must miss nothing missed: ``{kind}_behind`` per partition it did not read
-    to its end, ``{kind}_skipped`` per partition with offsets (from the final log start) it was never given."""
+                  hws: Mapping[int, int], log_starts: Mapping[int, int],
+                  positions: Mapping[int, int]) -> list[Violation]:
+    """What a follower that must miss nothing missed: ``{kind}_behind`` per partition it did not
+    reach the end of (:func:`reached`), ``{kind}_skipped`` per partition with offsets (from the
+    final log start) it was never given."""
     found = []
     for p, hw in sorted(hws.items()):
         seen = records[(topic, p)]
-        if hw > 0 and max(seen, default=0) < hw:
-            found.append(Violation(f"{kind}_behind", topic, p, max(seen, default=0), None,
-                                   f"{who} read up to offset {max(seen, default=0)} of {hw}"))
+        done = reached(records, topic, p, positions)
+        if hw > 0 and done < hw:
+            found.append(Violation(f"{kind}_behind", topic, p, done, None, f"{who} read up to offset {done} of {hw}"))
         missed = [o for o in range(log_starts.get(p, 1), hw + 1) if o not in seen]
         if missed:
             found.append(Violation(f"{kind}_skipped", topic, p, missed[0], None,

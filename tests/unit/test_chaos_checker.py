@@ -21,9 +21,11 @@ from testing.history import (
     ReadPass,
     Tracker,
     Violation,
+    behind,
     check,
     check_order,
     check_spans,
+    follower_gaps,
     is_unknown_outcome,
 )
 from testing._chaos_workload import classify_produce_reply
@@ -408,3 +410,17 @@ def test_a_consumer_group_that_never_reached_the_end_is_a_violation_even_when_re
     assert group.check({0: 8, 1: 6}, {0: 9, 1: 7}) == [
         Violation("group_behind", "t", 1, 0, None, "group 'chaos-1' read up to offset 0 of 6")]
     assert group.check({0: 8, 1: 0}, {0: 9, 1: 1}) == []  # an empty partition has no end to reach
+
+
+def test_a_follower_whose_client_moved_to_the_log_start_past_its_records_reached_the_end() -> None:
+    """Retention took what a follower had not read while the faults' end stopped it: its client
+    resets to the log start (its position), which is the end; a follower with no position there
+    is still behind, and a record from the log start on that it was never given is skipped."""
+    records = {("t", 0): {1: b"a", 2: b"b"}, ("t", 1): {1: b"a"}}
+    hws, starts = {0: 9, 1: 9}, {0: 10, 1: 8}
+    assert behind(records, "t", hws, {0: 9, 1: 9}) is False
+    assert follower_gaps("f", "the follower", records, "t", hws, starts, {0: 9, 1: 9}) == [
+        Violation("f_skipped", "t", 1, 8, None, "2 of the offsets 8-9 never given to the follower (first [8, 9])")]
+    assert behind(records, "t", hws, {}) is True
+    assert [v.kind for v in follower_gaps("f", "the follower", records, "t", hws, starts, {0: 9})] == [
+        "f_behind", "f_skipped"]
