@@ -282,10 +282,17 @@ class OxiaCluster:
         raise StackError(f"no Oxia server of this cluster has address {address!r}")
 
     def shard_leaders(self) -> dict[int, str]:
-        """Shard id -> leader address, asked of the first running server."""
+        """Shard id -> leader address, asked of the running servers in turn (one just
+        restarted answers "not initialized" until the coordinator has reached it)."""
+        last: Exception | None = None
         for i, ports in enumerate(self.server_ports):
             if self._servers[i].running:
-                return shard_leaders(ports.address)
+                try:
+                    return shard_leaders(ports.address)
+                except Exception as exc:  # grpc errors of a server still starting  # noqa: BLE001
+                    last = exc
+        if last is not None:
+            raise last
         raise StackError("no Oxia server of this cluster is running")
 
     def _wait_server(self, index: int, timeout_s: float) -> None:

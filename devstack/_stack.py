@@ -84,7 +84,8 @@ class StackSettings:
     ) -> dict[str, str]:
         """The ``LLOG_*`` variables that point the library at this stack."""
         return {
-            "LLOG_OXIA_SERVICE_ADDRESS": self.oxia_address,
+            # Every server of a cluster: clients learn of leader changes while one of them is down.
+            "LLOG_OXIA_SERVICE_ADDRESS": ",".join(self.oxia_addresses) or self.oxia_address,
             "LLOG_OXIA_NAMESPACE": self.oxia_namespace,
             "LLOG_OXIA_SESSION_TIMEOUT_MS": str(session_timeout_ms),
             "LLOG_S3_BUCKET": self.bucket,

@@ -37,7 +37,9 @@ class OxiaConfig:
     """Where Oxia is and how this client identifies itself to it."""
 
     service_address: str = setting(
-        "host:port of the Oxia public service.", env="LLOG_OXIA_SERVICE_ADDRESS", example="127.0.0.1:6648"
+        "host:port of the Oxia public service; several, separated by commas, for a cluster without a load "
+        "balancer in front (shard assignments come from the first that answers).",
+        env="LLOG_OXIA_SERVICE_ADDRESS", example="127.0.0.1:6648"
     )
     namespace: str = setting("Oxia namespace holding the log's metadata.", env="LLOG_OXIA_NAMESPACE",
                              default="default")
@@ -66,10 +68,11 @@ class OxiaConfig:
 
     def __post_init__(self) -> None:
         check_settings(self)
-        if ":" not in self.service_address:
+        entries = self.service_address.split(",")
+        if not all(":" in e.strip() for e in entries):
             raise ConfigError(
-                f"Oxia service address must be host:port, got {self.service_address!r} "
-                "(set LLOG_OXIA_SERVICE_ADDRESS)"
+                f"Oxia service address must be host:port, or several separated by commas, got "
+                f"{self.service_address!r} (set LLOG_OXIA_SERVICE_ADDRESS)"
             )
         validate_root_prefix(self.root_prefix)
 

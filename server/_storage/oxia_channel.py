@@ -112,13 +112,22 @@ def connect(
     timeout_s = request_timeout_ms / 1000
 
     class Pool(ConnectionPool):
+        closed = False
+
         def get(self, address: str) -> OxiaClientStub:
             with self._lock:
+                if self.closed:  # a closed client's threads must not open channels again
+                    raise ValueError("the Oxia client is closed")
                 hit = self.connections.get(address)
                 if hit is None:
                     channel = grpc.insecure_channel(address, options=options)
                     hit = self.connections[address] = (channel, OxiaClientStub(DeadlineChannel(channel, timeout_s)))
                 return hit[1]
+
+        def close(self) -> None:
+            with self._lock:
+                self.closed = True
+            super().close()
 
     client = oxia.Client.__new__(oxia.Client)
     client._closed = False

@@ -19,13 +19,25 @@ release) has two bugs that bite llog:
 thread starts) and keep applying updates afterwards. Everything else of the
 class is untouched. It is applied by the Oxia adapter before it creates a
 client and is idempotent; remove it once a fixed client is released.
+
+The same replacement also takes a comma-separated list of service
+addresses (``LLOG_OXIA_SERVICE_ADDRESS=a:6648,b:6648,c:6648``): shard
+assignments stream from the first one that answers, and from the next when
+its stream fails (the channel's keepalive ends a stream from a silent
+server, ``oxia_channel.py``), so a client of an Oxia cluster without a load
+balancer in front still learns of leader changes while one server is down.
 """
 
 from __future__ import annotations
 
 import threading
 
-__all__ = ["apply"]
+__all__ = ["apply", "service_addresses"]
+
+
+def service_addresses(service_address: str) -> list[str]:
+    """The ``host:port`` entries of a comma-separated service address, in order."""
+    return [a.strip() for a in service_address.split(",") if a.strip()]
 
 _applied = False
 _lock = threading.Lock()
@@ -58,20 +70,30 @@ def apply() -> None:
                 )
 
         def get_assignments(self):
-            stub = self._connection_pool.get(self._service_address)
+            addresses = service_addresses(self._service_address)
             backoff = sd.Backoff()
-            while not self._closed:
+            backoff.max_delay = 5.0  # the client's 60 s would leave a recovered cluster unseen for a minute
+            turn = 0
+            while not self._closed and not getattr(self._connection_pool, "closed", False):
+                address = addresses[turn % len(addresses)]
+                turn += 1
                 try:
+                    stub = self._connection_pool.get(address)
                     request = sd.pb.ShardAssignmentsRequest(namespace=self._namespace)
                     for sa in stub.get_shard_assignments(request):
                         self._parse_assignments(sa.namespaces[self._namespace])
                         self._ready.set()
                         backoff.reset()
+                except ValueError:  # the client closed its channels under the stream
+                    if getattr(self._connection_pool, "closed", False):
+                        return
+                    raise
                 except sd.grpc.RpcError as e:
-                    if not self._closed:
+                    if not self._closed and not getattr(self._connection_pool, "closed", False):
                         if e.code() != sd.grpc.StatusCode.CANCELLED:
-                            sd.log.warning("Failed to get assignments: %s", e)
-                        backoff.wait_next()
+                            sd.log.warning("Failed to get assignments from %s: %s: %s", address, e.code(), e.details())
+                        if turn % len(addresses) == 0:  # every address tried: wait before the next round
+                            backoff.wait_next()
 
         sd.ServiceDiscovery.__init__ = __init__
         sd.ServiceDiscovery.get_assignments = get_assignments

@@ -76,10 +76,12 @@ def test_a_long_lived_client_follows_two_leader_changes(tmp_path):
     update, so after a second leader change it keeps writing to a dead leader.
 
     Each round kills the leader of one key's shard, whichever server that is
-    (the one clients discover through included: leaders may all sit on one
-    server), waits until the coordinator has elected another leader, starts
-    the old one again as a follower, and then writes the key: the write only
-    lands if the client applied the new assignment.
+    (the first of the addresses clients discover through included: leaders
+    may all sit on one server), waits until the coordinator has elected
+    another leader and writes the key while the old one is still down: the
+    write only lands if the client applied the new assignment, which it gets
+    from another server of LLOG_OXIA_SERVICE_ADDRESS when the first is the
+    one lost. Then it starts the old one again, as a follower.
     """
     import time
 
@@ -102,6 +104,7 @@ def test_a_long_lived_client_follows_two_leader_changes(tmp_path):
 
     with LocalStack(tmp_path / "cluster", oxia_mode="cluster", oxia_shards=6) as local:
         env = local.settings.env(root_prefix="failover")
+        assert env["LLOG_OXIA_SERVICE_ADDRESS"] == ",".join(local.settings.oxia_addresses)
         store = OxiaMetadataStore(OxiaConfig.from_env(env))
         discovery = store._client._service_discovery
         cluster = local.oxia_cluster
@@ -110,7 +113,9 @@ def test_a_long_lived_client_follows_two_leader_changes(tmp_path):
                 pk = f"k{round_}"
                 store.put(f"failover/{pk}", b"0", partition_key=pk)
                 shard = discovery.get_shard(pk).shard
-                old_leader = local.oxia_shard_leaders()[shard]
+                # The server restarted by the round before may still be starting: ask until it answers.
+                old_leader = wait_for(f"round {round_ + 1}: the leader of shard {shard}",
+                                      lambda: local.oxia_shard_leaders().get(shard))
                 victim = cluster.server_index(old_leader)
                 local.kill_oxia_server(victim)
                 # Electing a leader takes the coordinator a few seconds, more on a busy machine.
@@ -118,7 +123,6 @@ def test_a_long_lived_client_follows_two_leader_changes(tmp_path):
                     f"round {round_ + 1}: a new leader for shard {shard} after killing server {victim}",
                     lambda: local.oxia_shard_leaders().get(shard) not in (None, old_leader) or None,
                 )
-                local.restart_oxia_server(victim)
                 value = str(round_ + 1).encode()
 
                 def write() -> bool:
@@ -127,6 +131,7 @@ def test_a_long_lived_client_follows_two_leader_changes(tmp_path):
 
                 wait_for(f"round {round_ + 1}: a write to {pk!r} after shard {shard} changed leader", write)
                 assert store.get(f"failover/{pk}", pk).value == value
+                local.restart_oxia_server(victim)
         finally:
             store.close()
 

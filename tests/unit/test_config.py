@@ -67,6 +67,15 @@ def test_oxia_address_needs_port() -> None:
         OxiaConfig.from_env({"LLOG_OXIA_SERVICE_ADDRESS": "localhost"})
 
 
+def test_oxia_address_may_list_every_server_of_a_cluster() -> None:
+    from server._storage.oxia_compat import service_addresses
+
+    config = OxiaConfig.from_env({"LLOG_OXIA_SERVICE_ADDRESS": "a:6648, b:6649,c:6650"})
+    assert service_addresses(config.service_address) == ["a:6648", "b:6649", "c:6650"]
+    with pytest.raises(ConfigError, match="several separated by commas"):
+        OxiaConfig.from_env({"LLOG_OXIA_SERVICE_ADDRESS": "a:6648,b"})
+
+
 def test_session_timeout_minimum_is_5000() -> None:
     assert MIN_SESSION_TIMEOUT_MS == 5000
     assert OxiaConfig.from_env({**OXIA_ENV, "LLOG_OXIA_SESSION_TIMEOUT_MS": "5000"}).session_timeout_ms == 5000
