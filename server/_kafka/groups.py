@@ -8,6 +8,11 @@ of the next offset to consume), so the same group read through ``/groups``,
 is checked against the coordinator's generation, then written conditionally
 on the generation in Oxia as well (StaleGeneration -> ILLEGAL_GENERATION).
 A group that committed nothing fetches -1 for every partition, as from Kafka.
+OffsetFetch is answered by any broker, coordinator or not: the offsets are
+Oxia's, and librdkafka leaves the partitions of a NOT_COORDINATOR answer
+unstarted until the next rebalance (confluentinc/librdkafka#5586). A
+storage failure there is COORDINATOR_LOAD_IN_PROGRESS, which every client
+retries.
 """
 
 from __future__ import annotations
@@ -170,15 +175,15 @@ def _fetch(svc: KafkaService, group: str, wanted: list[tuple[str, list[int]]] | 
     """``(group error, [(topic, [(partition, Kafka offset or -1, metadata)])])``."""
     if _bad_group(group):
         return Code.INVALID_GROUP_ID, []
-    if not svc.coordinator.owns(group):
-        return Code.NOT_COORDINATOR, []
+    # Any broker answers: committed offsets are in Oxia, where every commit is before its answer.
+    # NOT_COORDINATOR here would leave librdkafka's partitions unstarted (confluentinc/librdkafka#5586).
     offsets = svc.parts.group_offsets
     try:
         committed = offsets.fetch_bounded(group) if offsets is not None else {}
     except UnknownGroup:
         committed = {}
-    except LlogError as exc:
-        return error_code(exc), []
+    except LlogError as exc:  # retriable: Kafka's "offsets not loaded yet", which every client retries
+        return (Code.COORDINATOR_LOAD_IN_PROGRESS if exc.retriable else error_code(exc)), []
     if wanted is None:
         topics: dict[str, list[int]] = {}
         for tp in committed:

@@ -400,3 +400,35 @@ def _wait_until(condition, timeout_s: float = 10) -> bool:
     while not condition() and time.monotonic() < deadline:
         time.sleep(0.01)  # polling a state the listener's threads change
     return condition()
+
+
+def test_offset_fetch_is_answered_by_every_broker_not_only_the_coordinator() -> None:
+    """Committed offsets are in Oxia: a broker that does not coordinate the group answers
+    OffsetFetch with them, where NOT_COORDINATOR would leave librdkafka's partitions
+    unstarted until the next rebalance (confluentinc/librdkafka#5586)."""
+    from kafka.protocol.consumer import OffsetFetchRequest, OffsetFetchResponse
+
+    with Cluster() as cluster:
+        brokers = [cluster.broker(topics=TopicDefaults(partitions=2), kafka_port=0, broker_id=f"b{i}")
+                   for i in range(2)]
+        fronts = [KafkaFront(b, cluster.meta) for b in brokers]
+        try:
+            assert _wait_until(lambda: all(len(f.service.nodes.live()) == 2 for f in fronts))
+            appends = brokers[0].appends
+            appends.submit(appends.prepare([SharedAppendGroup("events", p, [b"x"] * 10) for p in (0, 1)])).result(10)
+            group = next(g for g in (f"g{i}" for i in range(100))
+                         if not fronts[1].service.coordinator.owns(g))  # coordinated by the other broker
+            assert fronts[0].service.coordinator.owns(group)
+            brokers[0].group_offsets.commit(group, [(LogPartition("events", 1), 8, "meta")])
+            for i, front in enumerate(fronts):
+                s = _connect(f"127.0.0.1:{front.port}")
+                request = OffsetFetchRequest[1](group_id=group, topics=[
+                    OffsetFetchRequest[1].OffsetFetchRequestTopic(name="events", partition_indexes=[0, 1])])
+                answer = OffsetFetchResponse[1].decode(_request(s, _encoded(request, 1, 5))[4:])
+                s.close()
+                parts = {p.partition_index: (p.committed_offset, p.metadata, p.error_code)
+                         for p in answer.topics[0].partitions}
+                assert parts == {0: (-1, "", 0), 1: (7, "meta", 0)}, f"broker {i}: {answer}"
+        finally:
+            for f in fronts:
+                f.close()
