@@ -16,7 +16,7 @@ from ._errors import ConfigError
 from ._protocol.keys import validate_root_prefix
 from ._settings import check_settings, env_int, env_str, from_env, masked_repr, setting
 
-__all__ = ["OxiaConfig", "S3Config", "BatchConfig", "ProducerStateConfig", "MIN_SESSION_TIMEOUT_MS", "env_int", "env_str"]
+__all__ = ["oxia_addresses", "OxiaConfig", "S3Config", "BatchConfig", "ProducerStateConfig", "MIN_SESSION_TIMEOUT_MS", "env_int", "env_str"]
 
 MIN_SESSION_TIMEOUT_MS = 5_000
 """The shortest Oxia session timeout that works with ``oxia==0.2.1``.
@@ -30,6 +30,11 @@ with SessionNotFound in 30 s, four sessions lost); 3000 and 4000 ms survive
 an idle machine but lose the session to a single failed keepalive. 5000 ms
 is the smallest value that survives one lost keepalive (two intervals, 4 s,
 plus 1 s to spare), and what the devstack and the tests use."""
+
+
+def oxia_addresses(service_address: str) -> list[str]:
+    """The ``host:port`` entries of ``LLOG_OXIA_SERVICE_ADDRESS`` (comma-separated), in order."""
+    return [a.strip() for a in service_address.split(",") if a.strip()]
 
 
 @dataclass(frozen=True)
@@ -68,8 +73,7 @@ class OxiaConfig:
 
     def __post_init__(self) -> None:
         check_settings(self)
-        entries = self.service_address.split(",")
-        if not all(":" in e.strip() for e in entries):
+        if not all(":" in entry for entry in self.service_address.split(",")):
             raise ConfigError(
                 f"Oxia service address must be host:port, or several separated by commas, got "
                 f"{self.service_address!r} (set LLOG_OXIA_SERVICE_ADDRESS)"

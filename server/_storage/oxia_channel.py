@@ -60,7 +60,7 @@ def channel_options(request_timeout_ms: int) -> list[tuple[str, int]]:
         ("grpc.keepalive_permit_without_calls", 1),
         ("grpc.http2.max_pings_without_data", 0),
         ("grpc.max_reconnect_backoff_ms", MAX_RECONNECT_BACKOFF_MS),
-        ("grpc.initial_reconnect_backoff_ms", min(1_000, MAX_RECONNECT_BACKOFF_MS)),
+        ("grpc.initial_reconnect_backoff_ms", 1_000),
     ]
 
 

@@ -32,12 +32,9 @@ from __future__ import annotations
 
 import threading
 
-__all__ = ["apply", "service_addresses"]
+from .._config import oxia_addresses
 
-
-def service_addresses(service_address: str) -> list[str]:
-    """The ``host:port`` entries of a comma-separated service address, in order."""
-    return [a.strip() for a in service_address.split(",") if a.strip()]
+__all__ = ["apply"]
 
 _applied = False
 _lock = threading.Lock()
@@ -70,11 +67,15 @@ def apply() -> None:
                 )
 
         def get_assignments(self):
-            addresses = service_addresses(self._service_address)
+            addresses = oxia_addresses(self._service_address)
+
+            def pool_closed() -> bool:  # the client closed: its channels must not open again
+                return getattr(self._connection_pool, "closed", False)
+
             backoff = sd.Backoff()
             backoff.max_delay = 5.0  # the client's 60 s would leave a recovered cluster unseen for a minute
             turn = 0
-            while not self._closed and not getattr(self._connection_pool, "closed", False):
+            while not self._closed and not pool_closed():
                 address = addresses[turn % len(addresses)]
                 turn += 1
                 try:
@@ -85,11 +86,11 @@ def apply() -> None:
                         self._ready.set()
                         backoff.reset()
                 except ValueError:  # the client closed its channels under the stream
-                    if getattr(self._connection_pool, "closed", False):
+                    if pool_closed():
                         return
                     raise
                 except sd.grpc.RpcError as e:
-                    if not self._closed and not getattr(self._connection_pool, "closed", False):
+                    if not self._closed and not pool_closed():
                         if e.code() != sd.grpc.StatusCode.CANCELLED:
                             sd.log.warning("Failed to get assignments from %s: %s: %s", address, e.code(), e.details())
                         if turn % len(addresses) == 0:  # every address tried: wait before the next round

@@ -68,10 +68,10 @@ def test_oxia_address_needs_port() -> None:
 
 
 def test_oxia_address_may_list_every_server_of_a_cluster() -> None:
-    from server._storage.oxia_compat import service_addresses
+    from server._config import oxia_addresses
 
     config = OxiaConfig.from_env({"LLOG_OXIA_SERVICE_ADDRESS": "a:6648, b:6649,c:6650"})
-    assert service_addresses(config.service_address) == ["a:6648", "b:6649", "c:6650"]
+    assert oxia_addresses(config.service_address) == ["a:6648", "b:6649", "c:6650"]
     with pytest.raises(ConfigError, match="several separated by commas"):
         OxiaConfig.from_env({"LLOG_OXIA_SERVICE_ADDRESS": "a:6648,b"})
 
