@@ -58,6 +58,7 @@ from .._protocol.keys import LogLayout, PartitionKeys, TopicPartition, parse_s3_
 from .._protocol.records import CompactionCursor, ControlRecord, EntryType, IndexEntry
 from .._protocol.structs import ReadRecord
 from .._storage.metastore import MetadataStore, Record
+from .control_cache import DecodedControls
 from .._storage.objectstore import ObjectStore
 from .._storage.stores import Closeable, Stores, use_stores
 from .._metrics import LlogMetrics
@@ -119,6 +120,7 @@ class LeaderlessLogReader(Closeable):
             self, stores, oxia_config, s3_config or S3Config(bucket=None), self.metrics, metadata_store, object_store
         )
         self._meta, self._objects = self._stores.meta, self._stores.objects
+        self._decoded_controls = DecodedControls()
         self._read_ahead = max(1, read_ahead)
         self._pool = ThreadPoolExecutor(self._read_ahead, thread_name_prefix="llog-read")
         self._resources.callback(self._pool.shutdown, wait=True)
@@ -170,13 +172,12 @@ class LeaderlessLogReader(Closeable):
     def _control(self, keys: PartitionKeys) -> ControlRecord:
         return self._decode_control(keys, self._meta.get(keys.control, keys.partition_key))
 
-    @staticmethod
-    def _decode_control(keys: PartitionKeys, rec: Record | None) -> ControlRecord:
+    def _decode_control(self, keys: PartitionKeys, rec: Record | None) -> ControlRecord:
         if rec is None:
             raise PartitionNotInitialized(
                 "partition is not initialized", topic=keys.tp.topic, partition=keys.tp.partition
             )
-        return ControlRecord.decode(rec.value)
+        return self._decoded_controls.decode(rec)
 
     def _check_offset(self, keys: PartitionKeys, control: ControlRecord, offset: int) -> None:
         if isinstance(offset, bool) or not isinstance(offset, int):

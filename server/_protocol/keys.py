@@ -37,7 +37,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from urllib.parse import quote, unquote
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Callable
 
 from .._errors import ConfigError, InvalidRequest
@@ -263,6 +263,13 @@ class PartitionKeys:
         return f"{self.base}/data/wal/{blob_id}"
 
 
+@lru_cache(maxsize=1 << 16, typed=True)  # typed: True is not partition 1
+def _partition_keys(root: str, topic: str, partition: int) -> PartitionKeys:
+    """One PartitionKeys per partition, kept: a fetch at the tail of 64 partitions asks for
+    each one's keys several times, and building them validates the names and formats each key."""
+    return PartitionKeys(root, TopicPartition(topic, partition))
+
+
 @dataclass(frozen=True)
 class LogLayout:
     """Key layout of one log (one root prefix) in one bucket."""
@@ -273,10 +280,10 @@ class LogLayout:
         validate_root_prefix(self.root)
 
     def partition(self, topic: str, partition: int) -> PartitionKeys:
-        return PartitionKeys(self.root, TopicPartition(topic, partition))
+        return _partition_keys(self.root, topic, partition)
 
     def keys(self, tp: TopicPartition) -> PartitionKeys:
-        return PartitionKeys(self.root, tp)
+        return _partition_keys(self.root, tp.topic, tp.partition)
 
     @property
     def topics_prefix(self) -> str:

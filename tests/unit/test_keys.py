@@ -160,6 +160,15 @@ def test_layout_validates_names() -> None:
         LogLayout().partition("orders", -1)
 
 
+def test_layout_validates_names_it_has_seen_in_another_type() -> None:
+    layout = LogLayout()
+    assert layout.partition("orders", 1).tp.partition == 1  # remembered now
+    with pytest.raises(InvalidRequest):
+        layout.partition("orders", True)  # equal to 1 and hashed alike, still not a partition
+    assert layout.partition("orders", 1) is layout.keys(TopicPartition("orders", 1))
+    assert LogLayout("other").partition("orders", 1).control.startswith("other/")
+
+
 def test_keys_from_topic_partition() -> None:
     tp = TopicPartition("orders", 0)
     assert LogLayout().keys(tp) == KEYS
