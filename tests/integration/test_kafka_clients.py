@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Iterator
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer
@@ -18,6 +19,8 @@ from kafka.errors import CommitFailedError, RebalanceInProgressError
 
 from tests._waiting import wait_until
 
+from tests.conftest import TEST_TOPICS_ENV, new_root_prefix
+
 from .conftest import BrokerProcess, value_bytes
 
 PARTITIONS = 4
@@ -25,9 +28,21 @@ KAFKA_ENV = {"LLOG_KAFKA_PORT": "0", "LLOG_KAFKA_GROUP_INITIAL_REBALANCE_DELAY_M
              "LLOG_BROKER_MAX_WAIT_MS": "500"}
 
 
-@pytest.fixture
-def brokers(broker_factory) -> list[BrokerProcess]:
-    return [broker_factory(env=KAFKA_ENV) for _ in range(2)]
+@pytest.fixture(scope="module")
+def brokers(stack, openapi, tmp_path_factory) -> Iterator[list[BrokerProcess]]:
+    """Two listeners on one root prefix for the module: each test has its own topic and
+    groups (``unique_topic``), so none sees another's."""
+    env = {**stack.env(root_prefix=new_root_prefix()), **TEST_TOPICS_ENV, "LLOG_BATCH_MAX_DELAY_MS": "20", **KAFKA_ENV}
+    logs = tmp_path_factory.mktemp("kafka-clients")
+    pair: list[BrokerProcess] = []
+    try:
+        for i in (1, 2):
+            pair.append(BrokerProcess(env, ["--role", "both", "--broker-id", f"kafka-{i}"], logs / f"kafka-{i}.log",
+                                      openapi))
+        yield pair
+    finally:
+        for b in pair:
+            b.stop()
 
 
 def _create(bootstrap: str, topic: str, partitions: int = PARTITIONS) -> None:
