@@ -14,6 +14,9 @@ it afterwards (ghosts). Each schedule is checked:
   assignment reached each member as it was given);
 - every commit the coordinator and Oxia accepted came from a member of the generation
   Oxia held at that moment, for a partition that member was assigned in it;
+- a member that synced fetches its partitions' committed offsets as another broker (not
+  the coordinator) answers an OffsetFetch, from Oxia: it finds every commit acknowledged
+  before it asked (it resumes where the previous owner stopped);
 - in the end every live member is stable in one generation that covers every partition.
 
 The clock is the test's (a driver thread moves it); members are threads, as the
@@ -68,6 +71,12 @@ class World:
         self.leader_restarts = {True: 0, False: 0}
         """Static leaders that restarted into the same generation (no rebalance), by JoinGroup v9 or not."""
         self.flips = False
+        self.acked: dict[int, int] = {}
+        """partition -> the number of the last commit acknowledged on it (since the last deletion)"""
+        self.commit_numbers = 0
+        self.fetches = 0
+        self.any_broker = GroupOffsets(self.meta, self.layout)
+        """What another listener's OffsetFetch reads (it answers from Oxia, not the coordinator)."""
         self._init_log()
 
     def _new_coordinator(self, nodes: object | None = None) -> GroupCoordinator:
@@ -112,6 +121,7 @@ class World:
             code = c.delete(GROUP)
             if code == Code.NONE:
                 self.deletions += 1
+                self.acked.clear()
                 if members:
                     self.violations.append(f"a group of {members} members was deleted")
 
@@ -215,6 +225,7 @@ def _member(world: World, index: int, seed: int) -> None:
             owned = frozenset(assignment)
             with world.lock:
                 world.synced.append((generation, member, iid or member, owned))
+            _resume(world, owned)
             continue
         action = rng.random()
         if action < (0.1 if world.deletes else 0.02):  # leave
@@ -232,20 +243,45 @@ def _member(world: World, index: int, seed: int) -> None:
         elif action < 0.5 and owned:
             partition = rng.choice(sorted(owned))
             if c.check_commit(GROUP, member, generation, iid) == Code.NONE:
+                with world.lock:
+                    world.commit_numbers += 1
+                    number = world.commit_numbers
                 try:
-                    world.offsets.commit(GROUP, [(TopicPartition(TOPIC, partition), 1, "")], generation=generation,
-                                         member=member)
+                    world.offsets.commit(GROUP, [(TopicPartition(TOPIC, partition), 1, str(number))],
+                                         generation=generation, member=member)
                 except LlogError:
                     continue
                 with world.lock:
                     world.commits.append((member, iid or member, generation, partition,
                                           world.offsets.generation(GROUP)))
+                    world.acked[partition] = number
         else:
             code = c.heartbeat(GROUP, member, generation, iid)
             _fenced(world, code, member, iid)
             if code != Code.NONE:
                 generation = -1
         world.stop.wait(0.002)
+
+
+def _resume(world: World, owned: frozenset[int]) -> None:
+    """The OffsetFetch of a member that just synced, answered as any listener answers it:
+    each of its partitions holds the last commit acknowledged before it asked (a commit's
+    number is its metadata). A deletion meanwhile may take them all: nothing is checked then."""
+    with world.lock:
+        floor, deletions = {p: world.acked[p] for p in owned if p in world.acked}, world.deletions
+    try:
+        committed = world.any_broker.fetch_bounded(GROUP, TOPIC)
+    except LlogError:  # UnknownGroup: nothing committed since the last deletion
+        committed = {}
+    with world.lock:
+        if world.deletions != deletions:
+            return
+        world.fetches += 1
+        for p, number in floor.items():
+            got = committed.get(TopicPartition(TOPIC, p))
+            if got is None or int(got.metadata) < number:
+                world.violations.append(f"partition {p}: fetched commit {got and got.metadata} after commit "
+                                        f"{number} was acknowledged")
 
 
 def _fenced(world: World, code: int, member: str, iid: str | None) -> None:
@@ -348,6 +384,7 @@ def test_random_schedules_keep_generations_assignments_and_commits_consistent(se
     print(f"seed {seed}: static leader restarts without a rebalance: {world.leader_restarts}; "
           f"deletions {world.deletions}, ghost commits refused {world.ghosts}")
     assert world.commits, "the schedule committed nothing"
+    assert world.fetches, "no member fetched its offsets after a sync"
     assert len(set(world.generations_seen)) >= 2, "the schedule made no rebalance"
     assert world.deletions or not deletes, "the schedule deleted no group"
 
