@@ -24,6 +24,7 @@ from .._protocol.keys import LogLayout, TopicPartition
 from .._storage.metastore import MetadataStore
 from .._metrics import LlogMetrics
 from .._runtime import REAL_RUNTIME, RandomSource, Runtime
+from .periodic import PeriodicPass
 from .retention import RetentionOutcome, RetentionResult, apply_retention
 from .topic_removal import remove_deleted_topics
 
@@ -32,7 +33,7 @@ __all__ = ["RetentionRunner"]
 log = logging.getLogger(__name__)
 
 
-class RetentionRunner:
+class RetentionRunner(PeriodicPass):
     """``run_once()`` on demand, or every ``interval_ms`` on ``llog-compactor-retention`` (0: on demand only)."""
 
     def __init__(
@@ -45,30 +46,11 @@ class RetentionRunner:
         self._catalogue = TopicCatalogue(meta, layout, runtime=runtime)
         self._groups = GroupOffsets(meta, layout, runtime=runtime)
         self._partitions = partitions
-        self._interval_s = interval_ms / 1000
-        self._stop = stop
-        self._rng = rng
+        super().__init__("llog-compactor-retention", interval_ms, stop, rng)
         self._metrics = metrics
         self._runtime = runtime
         self._grace_ms = grace_ms
         """Vacuum's grace: a deleted topic's logs are retired this long after the delete."""
-        self.thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        if self._interval_s <= 0 or self.thread is not None:
-            return
-        self.thread = threading.Thread(target=self._loop, name="llog-compactor-retention", daemon=True)
-        self.thread.start()
-
-    def join(self, timeout_s: float) -> None:
-        if self.thread is not None:
-            self.thread.join(timeout=timeout_s)
-
-    def _loop(self) -> None:
-        first: float | None = self._interval_s * self._rng.uniform(0.5, 1.0)
-        while not self._stop.wait(first if first is not None else self._interval_s):
-            first = None
-            self.run_once()
 
     def _export_lag(self) -> None:
         """``consumer_group_lag`` of every group's committed offsets (the pass already scans Oxia)."""
