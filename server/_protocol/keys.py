@@ -263,7 +263,7 @@ class PartitionKeys:
         return f"{self.base}/data/wal/{blob_id}"
 
 
-@lru_cache(maxsize=1 << 16, typed=True)  # typed: True is not partition 1
+@lru_cache(maxsize=1 << 14, typed=True)  # typed: True is not partition 1
 def _partition_keys(root: str, topic: str, partition: int) -> PartitionKeys:
     """One PartitionKeys per partition, kept: a fetch at the tail of 64 partitions asks for
     each one's keys several times, and building them validates the names and formats each key."""

@@ -25,16 +25,24 @@ def test_the_same_version_is_decoded_once_and_a_new_one_again() -> None:
     assert cache.decode(Record("k", _control(5), 12)).high_watermark == 4
 
 
-def test_the_least_recently_decoded_key_leaves_first() -> None:
-    cache = DecodedControls(capacity=2)
+def test_the_least_recently_decoded_key_leaves_first_when_the_bytes_run_over() -> None:
+    size = len("a") + len(_control(2))  # every record here is as large
+    cache = DecodedControls(capacity_bytes=2 * size)
     a = cache.decode(Record("a", _control(2), 1))
     cache.decode(Record("b", _control(3), 2))
     cache.decode(Record("a", _control(4), 3))  # a again, newer: b is now the oldest
     cache.decode(Record("c", _control(5), 4))
-    assert len(cache) == 2
+    assert len(cache) == 2 and cache.nbytes == 2 * size
     assert cache.decode(Record("a", _control(4), 3)) is not a
     b_again = cache.decode(Record("b", _control(3), 2))
-    assert b_again.high_watermark == 2 and len(cache) == 2
+    assert b_again.high_watermark == 2 and len(cache) == 2 and cache.nbytes == 2 * size
+
+
+def test_a_record_larger_than_the_cache_is_decoded_and_held_alone() -> None:
+    cache = DecodedControls(capacity_bytes=10)
+    cache.decode(Record("a", _control(2), 1))
+    big = cache.decode(Record("b", _control(3), 2))
+    assert len(cache) == 1 and cache.decode(Record("b", _control(3), 2)) is big
 
 
 def test_the_reader_sees_every_change_of_a_control_record() -> None:
