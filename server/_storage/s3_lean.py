@@ -20,9 +20,12 @@ endpoint or credentials from the default chain — stays on boto3
 
 Signing follows SigV4 with ``x-amz-content-sha256: UNSIGNED-PAYLOAD`` (the
 body is not hashed into the signature, as boto3 does over HTTPS); a PUT
-carries ``x-amz-checksum-crc32`` (zlib's CRC-32, base64), which S3 and MinIO
+carries ``x-amz-checksum-crc32c`` (CRC-32C, base64), which S3 and MinIO
 check before they store the object, so a corrupted upload is refused rather
-than stored. The canonical URI is the key percent-encoded once, ``/`` kept,
+than stored (CRC-32C, not CRC-32: the CPU computes it, a 5 MiB blob in
+0.34 ms here, 0.64 ms from a view that must be copied first, against
+zlib's 2.4 ms, which was 0.5 ms of CPU per MB written). The
+canonical URI is the key percent-encoded once, ``/`` kept,
 exactly as boto3 sends it for path-style S3. Transient failures (connection
 reset, timeouts, HTTP 500/502/503/504) are retried up to ``attempts`` times
 with jittered backoff on a fresh connection, like boto3's "standard" mode;
@@ -47,10 +50,10 @@ import re
 import ssl
 import threading
 import urllib.parse
-import zlib
 from dataclasses import dataclass
 
 from .._errors import ObjectStoreError
+from .._protocol.kafka_batch import crc32c
 from .._retry import Backoff
 
 __all__ = ["LeanS3Error", "LeanS3Client", "SigV4Signer"]
@@ -176,9 +179,9 @@ class LeanS3Client:
         return body
 
     def put(self, bucket: str, key: str, data: bytes | memoryview) -> None:
-        """Store ``data`` as the whole object (its CRC-32 checked by the server)."""
-        crc = base64.b64encode(zlib.crc32(data).to_bytes(4, "big")).decode("ascii")
-        headers = {"content-length": str(len(data)), "x-amz-checksum-crc32": crc}
+        """Store ``data`` as the whole object (its CRC-32C checked by the server)."""
+        crc = base64.b64encode(crc32c(data).to_bytes(4, "big")).decode("ascii")
+        headers = {"content-length": str(len(data)), "x-amz-checksum-crc32c": crc}
         self._send("PUT", self._path(bucket, key), headers, data, (200,))
 
     def _path(self, bucket: str, key: str) -> str:

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import base64
 import uuid
-import zlib
 
+import google_crc32c
 import pytest
 
 from server._config import S3Config
@@ -45,26 +45,27 @@ def test_same_bytes_as_boto3_whole_and_ranges(s3, s3_config, name):
 
 
 @pytest.mark.parametrize("size", [0, 1, 8 * 1024 * 1024 + 3])
-def test_lean_put_stores_what_boto3_reads_back(s3, s3_config, size):
+@pytest.mark.parametrize("body", [bytes, lambda b: memoryview(bytearray(b))], ids=["bytes", "view"])
+def test_lean_put_stores_what_boto3_reads_back(s3, s3_config, size, body):
     bucket = s3_config.require_bucket()
     key = f"test-s3-put/{uuid.uuid4().hex}/ключ with space"
     data = bytes((i * 31) & 0xFF for i in range(min(size, 4096))) * (size // 4096 + 1)
     data = data[:size]
-    s3.put(bucket, key, data)
+    s3.put(bucket, key, body(data))
     assert _boto_get(s3, bucket, key) == data
     head = s3._client.head_object(Bucket=bucket, Key=key, ChecksumMode="ENABLED")
     assert head["ContentLength"] == size
-    assert head.get("ChecksumCRC32") == base64.b64encode(zlib.crc32(data).to_bytes(4, "big")).decode()
+    assert head.get("ChecksumCRC32C") == base64.b64encode(google_crc32c.value(data).to_bytes(4, "big")).decode()
 
 
 def test_a_put_whose_checksum_does_not_match_is_refused_and_stores_nothing(s3, s3_config):
-    """The server checks the CRC-32 header against the bytes it received."""
+    """The server checks the CRC-32C header against the bytes it received."""
     bucket = s3_config.require_bucket()
     key = f"test-s3-put/{uuid.uuid4().hex}"
-    wrong = base64.b64encode(zlib.crc32(b"other").to_bytes(4, "big")).decode()
+    wrong = base64.b64encode(google_crc32c.value(b"other").to_bytes(4, "big")).decode()
     with pytest.raises(LeanS3Error) as info:
         s3._lean._send("PUT", s3._lean._path(bucket, key),
-                       {"content-length": "5", "x-amz-checksum-crc32": wrong}, b"bytes", (200,))
+                       {"content-length": "5", "x-amz-checksum-crc32c": wrong}, b"bytes", (200,))
     assert info.value.status == 400
     with pytest.raises(ObjectNotFound):
         s3.get(bucket, key)
