@@ -432,3 +432,42 @@ def test_offset_fetch_is_answered_by_every_broker_not_only_the_coordinator() -> 
         finally:
             for f in fronts:
                 f.close()
+
+
+def test_delete_groups_and_offset_delete_answer_bad_names_and_unknown_groups_with_their_codes(kafka_cluster):
+    """DeleteGroups: an invalid group id is INVALID_GROUP_ID (24), a group nothing is known of
+    GROUP_ID_NOT_FOUND (69), a group with offsets only is deleted. OffsetDelete: an invalid
+    group id is a top-level 24, an unknown group 69, a bad topic name or a negative partition
+    UNKNOWN_TOPIC_OR_PARTITION (3) beside the partitions it deletes. The connection serves on."""
+    from kafka.protocol.admin import DeleteGroupsRequest, DeleteGroupsResponse
+    from kafka.protocol.consumer import OffsetDeleteRequest, OffsetDeleteResponse
+
+    _, broker, bootstrap = kafka_cluster
+    appends = broker.appends
+    appends.submit(appends.prepare([SharedAppendGroup("events", p, [b"x"] * 3) for p in (0, 1)])).result(10)
+    for group in ("kept", "gone"):
+        broker.group_offsets.commit(group, [(LogPartition("events", 0), 2, ""), (LogPartition("events", 1), 3, "")])
+    s = _connect(bootstrap)
+    T = OffsetDeleteRequest[0].OffsetDeleteRequestTopic
+
+    def offset_delete(group: str, topics: list[tuple[str, list[int]]], correlation: int):
+        request = OffsetDeleteRequest[0](group_id=group, topics=[
+            T(name=n, partitions=[T.OffsetDeleteRequestPartition(partition_index=p) for p in ps]) for n, ps in topics])
+        return OffsetDeleteResponse[0].decode(_request(s, _encoded(request, 0, correlation))[4:])
+
+    assert offset_delete("", [("events", [0])], 1).error_code == 24
+    assert offset_delete("never-seen", [("events", [0])], 2).error_code == 69
+    answer = offset_delete("kept", [("events", [0, -1]), ("a/b", [0])], 3)
+    assert answer.error_code == 0
+    assert {(t.name, p.partition_index): p.error_code for t in answer.topics for p in t.partitions} == {
+        ("events", 0): 0, ("events", -1): 3, ("a/b", 0): 3}
+    assert set(broker.group_offsets.fetch("kept")) == {LogPartition("events", 1)}
+
+    request = DeleteGroupsRequest[1](groups_names=["", "bad\x01name", "never-seen", "gone"])
+    answer = DeleteGroupsResponse[1].decode(_request(s, _encoded(request, 1, 4))[4:])
+    assert [(r.group_id, r.error_code) for r in answer.results] == [
+        ("", 24), ("bad\x01name", 24), ("never-seen", 69), ("gone", 0)]
+    assert broker.group_offsets.fetch("gone") == {}
+    version = ApiVersionsRequest[0]()
+    assert struct.unpack_from(">ih", _request(s, _encoded(version, 0, 5)))[1] == 0
+    s.close()
