@@ -1,5 +1,5 @@
 """The lean S3 GET and PUT (server/_storage/s3_lean.py) against the real S3 server:
-same bytes as boto3 both ways, the PUT's CRC-32 checked by the server, same
+same bytes as boto3 both ways, the PUT's CRC-32C checked by the server, same
 errors through S3ObjectStore, retried on a fresh connection."""
 
 from __future__ import annotations
