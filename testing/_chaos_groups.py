@@ -17,7 +17,12 @@ on until it has reached each partition's end as the library read it. Checked:
   has not read a partition to its end. Retention moves the log starts while
   the run goes on, so by the check little may be left in the log for
   ``group_skipped`` to see; a group stuck on an empty assignment skips
-  nothing there, but never reaches the end;
+  nothing there, but never reaches the end. Where a member is is its
+  position (the offset after the last record it was given) or, for a
+  partition it has been given nothing of since it got it (retention may have
+  left nothing to give), where librdkafka fetches it from: its statistics'
+  ``next_offset`` while the partition is fetched and nothing fetched waits
+  to be consumed. A partition never started has neither;
 
 and what the group read joins the history check as an incomplete read
 (values never sent, wrong offsets, disagreement with the complete reads).
@@ -27,6 +32,7 @@ protocol allows, and is not a violation.
 
 from __future__ import annotations
 
+import json
 import random
 import threading
 import time
@@ -59,6 +65,9 @@ class GroupConsumers(threading.Thread):
         self.restarts = 0
         self.commits_refused = 0
         self._consumers: list[Any] = []
+        self._fetching: dict[int, dict[int, int]] = {}
+        """Member index -> partition -> where librdkafka fetches it from, while it is
+        fetched with nothing waiting to be consumed (its latest statistics)."""
 
     def _new(self, index: int) -> Any:
         from confluent_kafka import Consumer
@@ -67,10 +76,12 @@ class GroupConsumers(threading.Thread):
             if err.fatal():
                 self.fatal.append(f"consumer {index}: {err}")
 
+        self._fetching[index] = {}
         conf = {"bootstrap.servers": self._cluster.kafka_bootstrap, "group.id": self.group,
                 "auto.offset.reset": "earliest", "enable.auto.commit": False, "session.timeout.ms": 10_000,
                 "heartbeat.interval.ms": 500, "error_cb": on_error, "socket.connection.setup.timeout.ms": 3_000,
-                "reconnect.backoff.max.ms": 500, "topic.metadata.refresh.interval.ms": 2_000}
+                "reconnect.backoff.max.ms": 500, "topic.metadata.refresh.interval.ms": 2_000,
+                "statistics.interval.ms": 1_000, "stats_cb": lambda doc: self.on_stats(index, doc)}
         if index % 2 == 0:
             conf["group.instance.id"] = f"{self.group}-{index}"
         c = Consumer(conf)
@@ -108,14 +119,26 @@ class GroupConsumers(threading.Thread):
         while time.monotonic() < deadline and behind(self.records, self._cluster.topic, hws, self.positions()):
             self._poll_all()
 
+    def on_stats(self, index: int, doc: str) -> None:
+        """librdkafka's statistics of member ``index``: the partitions it fetches with nothing
+        fetched waiting to be consumed, and their next offset to fetch."""
+        stats = json.loads(doc)
+        parts = stats.get("topics", {}).get(self._cluster.topic, {}).get("partitions", {})
+        self._fetching[index] = {
+            int(p): s["next_offset"] for p, s in parts.items()
+            if int(p) >= 0 and s.get("fetch_state") == "active" and s.get("fetchq_cnt", 1) == 0
+            and s.get("next_offset", -1) >= 0}
+
     def positions(self) -> dict[int, int]:
-        """Partition -> the position (Kafka's next offset, llog's last offset before it) of the
-        member that holds it; partitions no member holds are absent."""
+        """Partition -> where the member that holds it is (Kafka's next offset, llog's last offset
+        before it: module docstring); partitions no member holds, or none has started, are absent."""
         out: dict[int, int] = {}
-        for c in self._consumers:
+        for i, c in enumerate(self._consumers):
+            fetching = self._fetching.get(i, {})
             for tp in c.position(c.assignment()):
-                if tp.offset >= 0:
-                    out[tp.partition] = max(out.get(tp.partition, 0), tp.offset)
+                at = tp.offset if tp.offset >= 0 else fetching.get(tp.partition, -1)
+                if at >= 0:
+                    out[tp.partition] = max(out.get(tp.partition, 0), at)
         return out
 
     def close(self) -> None:

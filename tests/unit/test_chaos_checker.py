@@ -424,3 +424,38 @@ def test_a_follower_whose_client_moved_to_the_log_start_past_its_records_reached
     assert behind(records, "t", hws, {}) is True
     assert [v.kind for v in follower_gaps("f", "the follower", records, "t", hws, starts, {0: 9})] == [
         "f_behind", "f_skipped"]
+
+
+def test_a_member_given_nothing_since_it_got_a_partition_is_where_librdkafka_fetches_it_from() -> None:
+    """librdkafka's position stays unset until a partition gives its member a record; where
+    retention left nothing to give, its statistics say where it fetches from (an active fetch,
+    nothing fetched waiting). A fetch not yet active, or with records waiting, says nothing."""
+    import json
+    from types import SimpleNamespace
+
+    from testing._chaos_groups import GroupConsumers
+
+    class Member:
+        def __init__(self, positions: dict[int, int]) -> None:
+            self._positions = positions
+
+        def assignment(self) -> list[SimpleNamespace]:
+            return [SimpleNamespace(partition=p) for p in self._positions]
+
+        def position(self, tps: list[SimpleNamespace]) -> list[SimpleNamespace]:
+            return [SimpleNamespace(partition=tp.partition, offset=self._positions[tp.partition]) for tp in tps]
+
+    group = GroupConsumers(SimpleNamespace(topic="t", partitions=4, kafka_bootstrap="unused"), threading.Event(), 1,
+                           seed=1)
+    group._consumers = [Member({0: 7, 1: -1001, 2: -1001, 3: -1001})]
+    part = {"fetch_state": "active", "next_offset": 9, "fetchq_cnt": 0}
+    group.on_stats(0, json.dumps({"topics": {"t": {"partitions": {
+        "0": {**part, "next_offset": 12, "fetchq_cnt": 5},  # its position (7) is what it was given
+        "1": part,  # given nothing since it got it: fetched from 9, nothing waiting
+        "2": {**part, "fetchq_cnt": 3},  # records fetched, not yet consumed
+        "3": {**part, "fetch_state": "offset-query"},
+        "-1": part}}, "u": {"partitions": {"3": part}}}}))
+    assert group.positions() == {0: 7, 1: 9}
+    records = {("t", p): {} for p in range(4)}
+    assert not behind(records, "t", {1: 9}, group.positions())
+    assert behind(records, "t", {1: 9, 2: 9}, group.positions())
