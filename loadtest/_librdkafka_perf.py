@@ -14,8 +14,10 @@ then flushed; MB/s over that whole time; latency per record from its
 (``Message.latency``). One callback serves every record: a closure per
 record, up to a million of them queued, had Python's garbage collector
 walk them all, a third of this process's CPU while producing to llog
-(whose answers come later than Kafka's, so more are queued). consume: the topic from the start
-with ``assign`` (no group), in batches of 10,000, until every record is in.
+(whose answers come later than Kafka's, so more are queued).
+
+consume: the topic from the start with ``assign`` (no group), in batches of
+10,000, until every record is in.
 """
 
 from __future__ import annotations

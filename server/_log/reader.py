@@ -58,11 +58,11 @@ from .._protocol.keys import LogLayout, PartitionKeys, TopicPartition, parse_s3_
 from .._protocol.records import CompactionCursor, ControlRecord, EntryType, IndexEntry
 from .._protocol.structs import ReadRecord
 from .._storage.metastore import MetadataStore, Record
-from .control_cache import DecodedControls
 from .._storage.objectstore import ObjectStore
 from .._storage.stores import Closeable, Stores, use_stores
 from .._metrics import LlogMetrics
 from .._runtime import REAL_RUNTIME, Runtime
+from .control_cache import DecodedControls
 from .index import covering_entry
 from .runs import BatchDecoder, RecordRun, all_records, read_record, records_of, stored
 
