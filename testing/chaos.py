@@ -21,6 +21,10 @@ under a fresh root prefix, then for ``--seconds``:
   ``--sessions`` (and ``--kafka``) a kafka-python consumer of every partition
   reads through fetch sessions, and may skip nothing either
   (``testing/_chaos_sessions.py``);
+- with ``--delete-records`` Kafka's DeleteRecords moves the log start of a
+  random partition every few seconds, through a broker's Kafka listener with
+  ``--kafka`` (``testing/_chaos_purger.py``): every read is checked from the
+  final log starts, and a start must never go back;
 - a nemesis (``testing/_chaos_nemesis.py``) SIGKILLs a random broker or
   compactor every few seconds and restarts it a moment later on the same
   port, and SIGKILLs and restarts the standalone Oxia once (not with
@@ -73,6 +77,7 @@ from testing._chaos_cluster import ChaosCluster
 from testing._chaos_groups import GROUP_KINDS, GroupConsumers
 from testing._chaos_kafka import KafkaClientProducer, idempotence_stats
 from testing._chaos_nemesis import FaultPlan, Nemesis
+from testing._chaos_purger import PURGER_KINDS, RecordPurger
 from testing._chaos_sessions import SESSION_KINDS, SessionReader
 from testing._chaos_workload import (
     History,
@@ -94,6 +99,7 @@ LIVENESS_KINDS = {
     "compaction_stalled": "the compactor did not catch up after the faults stopped",
     **GROUP_KINDS,
     **SESSION_KINDS,
+    **PURGER_KINDS,
 }
 
 
@@ -129,6 +135,8 @@ class ChaosOptions:
     """With ``kafka``: librdkafka consumers in one group, every other one static (``_chaos_groups.py``)."""
     sessions: bool = False
     """With ``kafka``: a kafka-python reader of every partition through fetch sessions (``_chaos_sessions.py``)."""
+    delete_records: bool = False
+    """Kafka's DeleteRecords on random partitions while the faults run (``_chaos_purger.py``)."""
     seed: int = 0
     data_dir: Path | None = None
     progress_s: float = 5.0
@@ -169,6 +177,8 @@ class ChaosReport:
     """With a consumer group: its consumers, records read, restarts, commits refused, fatal errors."""
     sessions: dict[str, int] = field(default_factory=dict)
     """With ``kafka``: the fetch-session reader's records read and poll errors."""
+    purger: dict[str, Any] = field(default_factory=dict)
+    """With ``delete_records``: DeleteRecords calls made, those that moved a log start, errors."""
 
     @property
     def ok(self) -> bool:
@@ -193,6 +203,7 @@ class ChaosReport:
             *([f"idempotent producers: {self.idempotence}"] if self.idempotence else []),
             *([f"consumer group: {self.group}"] if self.group else []),
             *([f"fetch-session reader: {self.sessions}"] if self.sessions else []),
+            *([f"DeleteRecords: {self.purger}"] if self.purger else []),
             f"compaction: {self.compaction.get('summary', '')}",
             f"phases (s): {self.phases_s}",
         ]
@@ -319,9 +330,10 @@ def run(opts: ChaosOptions, say: Callable[[str], None] = print) -> ChaosReport:
         tail = TailConsumer(cluster, stop, seed=opts.seed)
         group = GroupConsumers(cluster, stop, opts.groups, seed=opts.seed) if opts.groups else None
         sessions = SessionReader(cluster, stop) if opts.kafka and opts.sessions else None
+        purger = RecordPurger(cluster, stop, seed=opts.seed) if opts.delete_records else None
         t0 = history.t0
         tail.start()
-        for reader in (group, sessions):
+        for reader in (group, sessions, purger):
             if reader is not None:
                 reader.start()
         for p in producers:
@@ -339,7 +351,7 @@ def run(opts: ChaosOptions, say: Callable[[str], None] = print) -> ChaosReport:
         for p in producers:
             p.join()
         tail.join()
-        for reader in (group, sessions):
+        for reader in (group, sessions, purger):
             if reader is not None:
                 reader.join()
         if nemesis.is_alive():
@@ -375,9 +387,11 @@ def run(opts: ChaosOptions, say: Callable[[str], None] = print) -> ChaosReport:
             if reader is not None:
                 liveness += reader.check(hws, starts)
                 reader.close()
+        if purger is not None:
+            liveness += purger.check()
         result = check(history.batches, reads)
         if any(s > 1 for s in starts.values()):
-            say(f"[chaos] retention moved {sum(s > 1 for s in starts.values())} log starts "
+            say(f"[chaos] retention{' and DeleteRecords' if purger is not None else ''} moved {sum(s > 1 for s in starts.values())} log starts "
                 f"(up to offset {max(starts.values())}); acknowledged records below them are let go")
         phase("last_read_and_check")
         report = _report(opts, cluster, data_dir, ran_s, history, nemesis, result, liveness, compaction, phases)
@@ -386,6 +400,7 @@ def run(opts: ChaosOptions, say: Callable[[str], None] = print) -> ChaosReport:
         report.idempotence = idempotence_stats(history, producers)
         report.group = group.stats() if group is not None else {}
         report.sessions = sessions.stats() if sessions is not None else {}
+        report.purger = purger.stats() if purger is not None else {}
     if own_dir and report.ok:
         shutil.rmtree(data_dir, ignore_errors=True)
     return report
@@ -444,7 +459,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--two-compactors", action="store_true", help="two compactor services compete for claims")
     p.add_argument("--oxia-node-loss", action="store_true",
                    help="a 3-server Oxia cluster; SIGKILL one server once under load, start it later")
-    p.add_argument("--all", action="store_true", help="every fault above together")
+    p.add_argument("--all", action="store_true", help="every fault above together, and --delete-records")
     p.add_argument("--recover-seconds", type=float, default=60.0,
                    help="after the faults, how long each broker has to take a produce again (default 60)")
     p.add_argument("--idempotent", action="store_true",
@@ -459,6 +474,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sessions", action="store_true",
                    help="with --kafka: a kafka-python consumer of every partition reads through fetch sessions "
                         "(KIP-227), which broker kills end: no record may be skipped")
+    p.add_argument("--delete-records", action="store_true",
+                   help="DeleteRecords on a random partition every 0.5-1.5 s (through the Kafka listeners with --kafka), "
+                        "to an offset in the lower third of what it holds: records below the log starts are let go")
     p.add_argument("--retention-ms", type=int, default=15_000,
                    help="the topic's retention.ms: log starts move past old compacted ranges while the faults "
                         "run; acknowledged records below them are let go (default 15000; -1 keeps everything)")
@@ -482,6 +500,7 @@ def options_from_args(args: argparse.Namespace, seed: int) -> ChaosOptions:
         pause=args.pause or args.all, minio_restart=args.minio_restart or args.all,
         compactors=2 if args.two_compactors or args.all else 1, oxia_node_loss=args.oxia_node_loss or args.all,
         idempotent=args.idempotent, kafka=args.kafka, groups=args.groups, sessions=args.sessions,
+        delete_records=args.delete_records or args.all,
     )
 
 

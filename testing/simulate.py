@@ -118,7 +118,8 @@ def _many(seeds: range, config: SimConfig, args: argparse.Namespace) -> int:
     print("  not acknowledged, by error: " + ", ".join(f"{k} {v}" for k, v in errors.most_common()))
     print("faults injected: " + (", ".join(f"{k} {v}" for k, v in sorted(faults.items())) or "none"))
     print(f"retention: {retention['passes']} passes moved a log start {retention['advances']} times; "
-          f"{retention['deletions']} topic deletions and re-creations")
+          f"{retention['deletions']} topic deletions and re-creations; "
+          f"{retention['records_deletions']} DeleteRecords calls")
     print(f"idempotent producers: {idempotence['batches']} attempts, {idempotence['duplicates']} answered as "
           f"duplicates with their first offsets, {idempotence['fenced_zombies']} batches of a superseded epoch "
           "refused as fenced")

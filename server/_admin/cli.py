@@ -5,6 +5,10 @@
     llog-admin topics describe orders --json
     llog-admin topics alter orders --config retention.bytes=1073741824 --partitions 16
     llog-admin topics delete orders
+    llog-admin topics delete-records orders --partition 0 --before 1000
+                                            (Kafka's DeleteRecords: offsets below
+                                            1000 are no longer readable; llog's
+                                            offsets, which start at 1)
     llog-admin groups list
     llog-admin groups describe billing     (offsets, high watermarks and lag, like
                                             kafka-consumer-groups --describe)
@@ -26,13 +30,14 @@ from .._catalogue.catalogue import TopicCatalogue
 from .._catalogue.record import TopicRecord
 from .._catalogue.topic_config import KNOWN_KEYS, TopicDefaults
 from .._config import OxiaConfig
-from .._errors import ConfigError, LlogError
+from .._errors import ConfigError, LlogError, UnknownTopic
 from .._groups.offsets import GroupOffsets, describe
 from .._log.initialize import initialize_log
+from .._log.log_start import delete_records
 from .._log.retire import revive_log
-from .._protocol.keys import LogLayout
+from .._protocol.keys import LogLayout, TopicPartition
 from .._settings import environment_help
-from .._storage.metastore import OxiaMetadataStore
+from .._storage.metastore import MetadataStore, OxiaMetadataStore
 
 __all__ = ["main", "parse_args", "ENVIRONMENT"]
 
@@ -72,6 +77,11 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--partitions", type=int, help="the new, larger partition count")
     x = cmd.add_parser("delete", help="delete a topic: unknown to produce and consume at once, removed later")
     x.add_argument("name")
+    r = cmd.add_parser("delete-records", help="move a partition's log start: the records below an offset go")
+    r.add_argument("name")
+    r.add_argument("--partition", type=int, required=True)
+    r.add_argument("--before", required=True, metavar="OFFSET",
+                   help="the new first offset (llog's, from 1), or 'end' for every record there is now")
     groups = area.add_parser("groups", help="consumer groups' committed offsets and lag")
     gcmd = groups.add_subparsers(dest="command", required=True, metavar="COMMAND")
     gl = gcmd.add_parser("list", help="every group with committed offsets, one per line")
@@ -84,6 +94,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args = _parser().parse_args(argv)
+    if args.area == "topics" and args.command == "delete-records" and args.before != "end" and \
+            not (args.before.isdigit() and int(args.before) >= 1):
+        _parser().error(f"--before takes an offset >= 1 or 'end', not {args.before!r}")
     if args.area == "topics" and args.command == "alter" and not args.config and args.partitions is None:
         _parser().error("alter needs --config KEY=VALUE and/or --partitions N")
     return args
@@ -94,8 +107,9 @@ def _line(t: TopicRecord) -> str:
     return f"{t.name}\tpartitions={t.partitions}\tstate={t.state.value}\ttopic_id={t.topic_id}\t{config}"
 
 
-def run(args: argparse.Namespace, catalogue: TopicCatalogue) -> list[str]:
-    """The lines to print for one command (raises the catalogue's errors)."""
+def run(args: argparse.Namespace, catalogue: TopicCatalogue, meta: MetadataStore | None = None) -> list[str]:
+    """The lines to print for one command (raises the catalogue's errors); ``meta``: the store
+    ``delete-records`` writes (the catalogue's)."""
     if args.command == "create":
         return [_line(catalogue.create(args.name, args.partitions, dict(args.config) or None))]
     if args.command == "list":
@@ -109,8 +123,24 @@ def run(args: argparse.Namespace, catalogue: TopicCatalogue) -> list[str]:
         if args.partitions is not None:
             t = catalogue.add_partitions(args.name, args.partitions)
         return [_line(t)]
+    if args.command == "delete-records":
+        return [_delete_records(args, catalogue, meta)]
     t = catalogue.delete(args.name)
     return [f"{t.name} is being deleted (topic_id {t.topic_id}); produce and consume now answer it as unknown"]
+
+
+def _delete_records(args: argparse.Namespace, catalogue: TopicCatalogue, meta: MetadataStore | None) -> str:
+    assert meta is not None
+    topic = catalogue.describe(args.name)
+    if not 0 <= args.partition < topic.partitions:
+        raise UnknownTopic(f"topic {args.name!r} has partitions 0-{topic.partitions - 1}, not {args.partition}")
+    before = None if args.before == "end" else int(args.before)
+    r = delete_records(meta, catalogue.layout.keys(TopicPartition(args.name, args.partition)), before)
+    where = f"{args.name}:{args.partition}"
+    if not r.moved:
+        return f"{where} starts at {r.log_start_offset} already; nothing changed"
+    return (f"{where} starts at {r.log_start_offset} (was {r.previous_log_start}; high watermark {r.high_watermark}): "
+            "the records below it are no longer readable")
 
 
 def run_groups(args: argparse.Namespace, offsets: GroupOffsets) -> list[str]:
@@ -145,7 +175,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             else:
                 lines = run(args, TopicCatalogue(meta, layout, defaults=defaults,
                                                  initialize=lambda tp: initialize_log(meta, layout.keys(tp)),
-                                                 revive=lambda tp: revive_log(meta, layout.keys(tp))))
+                                                 revive=lambda tp: revive_log(meta, layout.keys(tp))), meta)
             for line in lines:
                 print(line)
         finally:

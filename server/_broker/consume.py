@@ -224,6 +224,10 @@ class BrokerConsumeService:
             f.control = got  # the round's check of a tail claim, or its storage read, uses it
             self._see_log_start(f.tp, got.log_start_offset, now)
 
+    def saw_log_start(self, tp: TopicPartition, log_start: int) -> None:
+        """A log start this broker just wrote (DeleteRecords): fetches below it are refused from now on."""
+        self._see_log_start(tp, log_start, time.monotonic())
+
     def _see_log_start(self, tp: TopicPartition, log_start: int, at: float) -> None:
         known = self._log_start.get(tp)
         self._log_start[tp] = (max(log_start, known[0]) if known else log_start, at)

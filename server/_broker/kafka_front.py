@@ -15,6 +15,7 @@ from .._errors import ConfigError
 from .._kafka import KafkaListener, KafkaService, Limits, Nodes, ProduceStalls
 from .._storage.metastore import MetadataStore
 from .broker import Broker
+from .record_deletion import RecordDeletion
 
 __all__ = ["KafkaFront"]
 
@@ -27,6 +28,7 @@ class _Parts:
     reader: Any
     producer_ids: Any
     group_offsets: Any
+    records: Any
 
 
 class KafkaFront:
@@ -42,9 +44,10 @@ class KafkaFront:
                 raise ConfigError("the Kafka listener needs the broker's stores (Broker.from_env) or a metadata store")
             meta = broker.stores.meta
         layout = broker.layout
-        parts = _Parts(broker.appends, broker.consume_service, broker.topics, broker.reader, broker.producer_ids,
-                       broker.group_offsets)
         runtime = broker.runtime
+        records = RecordDeletion(meta, layout, broker.topics, runtime, broker.consume_service)
+        parts = _Parts(broker.appends, broker.consume_service, broker.topics, broker.reader, broker.producer_ids,
+                       broker.group_offsets, records)
         self.service: KafkaService | None = None
         self.listener: KafkaListener | None = None
         self.nodes: Nodes | None = None

@@ -1,10 +1,16 @@
-"""The topic admin APIs over the catalogue: CreateTopics, DeleteTopics, CreatePartitions,
-DescribeConfigs and IncrementalAlterConfigs (what ``kafka-topics`` and ``kafka-configs`` send).
+"""The admin APIs: CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs and
+IncrementalAlterConfigs over the catalogue (what ``kafka-topics`` and ``kafka-configs``
+send), and DeleteRecords over the log start (``kafka-delete-records``, Kafka Streams).
 
 Topics are the catalogue's (``server/_catalogue``), as ``/topics`` serves them:
 ``num_partitions`` -1 is ``LLOG_TOPIC_DEFAULT_PARTITIONS``, configs are Kafka's
 keys the catalogue knows, a replication factor is accepted and ignored (S3
 holds the bytes; every topic reports 1). Replica assignments are refused.
+
+DeleteRecords moves each partition's log start to the Kafka offset named
+(-1: the high watermark) through ``RecordDeletion`` (SPEC 7.13); the answer's
+``low_watermark`` is the start after it, in Kafka's offsets. An offset past
+the high watermark (or below -1) is OFFSET_OUT_OF_RANGE, as in Kafka.
 """
 
 from __future__ import annotations
@@ -12,11 +18,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from kafka.protocol.admin import (
-    CreatePartitionsResponse, CreateTopicsResponse, DeleteTopicsResponse, DescribeConfigsResponse,
-    IncrementalAlterConfigsResponse,
+    CreatePartitionsResponse, CreateTopicsResponse, DeleteRecordsResponse, DeleteTopicsResponse,
+    DescribeConfigsResponse, IncrementalAlterConfigsResponse,
 )
 
-from .._errors import InvalidRequest, LlogError, TopicAlreadyExists, UnknownTopic
+from .._errors import InvalidRequest, LlogError, OffsetOutOfRange, TopicAlreadyExists, UnknownTopic
+from .._protocol.kafka_batch import kafka_offset, llog_offset
 from .._protocol.keys import validate_topic
 from .cluster import topic_uuid
 from .errors import Code, error_code
@@ -170,6 +177,31 @@ def _alter(svc: KafkaService, res: Any, validate_only: bool) -> None:
         svc.parts.topics.alter_config(res.resource_name, changes)
 
 
+def delete_records(svc: KafkaService, req: KafkaRequest) -> Any:
+    R = DeleteRecordsResponse
+    P = R.DeleteRecordsTopicResult.DeleteRecordsPartitionResult
+    out = []
+    for t in req.body.topics:
+        parts = []
+        for p in t.partitions:
+            code, _, start = _attempt(lambda: _delete_below(svc, t.name, p.partition_index, p.offset))
+            parts.append(P(partition_index=p.partition_index, error_code=code,
+                           low_watermark=-1 if start is None else kafka_offset(start)))
+        out.append(R.DeleteRecordsTopicResult(name=t.name, partitions=parts))
+    return R[req.version](throttle_time_ms=0, topics=out)
+
+
+def _delete_below(svc: KafkaService, topic: str, partition: int, offset: int) -> int:
+    """The log start after deleting below Kafka offset ``offset`` (-1: the high watermark)."""
+    if svc.parts.records is None:
+        raise InvalidRequest("this broker does not delete records")
+    if offset < -1:
+        raise OffsetOutOfRange(f"offset {offset}: DeleteRecords takes an offset >= 0, or -1 for the high watermark")
+    validate_topic(topic)
+    return svc.parts.records.delete(topic, partition, None if offset == -1 else llog_offset(offset)).log_start_offset
+
+
 HANDLERS = {
     19: create_topics, 20: delete_topics, 37: create_partitions, 32: describe_configs, 44: incremental_alter_configs,
+    21: delete_records,
 }

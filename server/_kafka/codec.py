@@ -35,7 +35,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from kafka.protocol.admin import (
-    CreatePartitionsRequest, CreateTopicsRequest, DeleteGroupsRequest, DeleteTopicsRequest, DescribeClusterRequest,
+    CreatePartitionsRequest, CreateTopicsRequest, DeleteGroupsRequest, DeleteRecordsRequest, DeleteTopicsRequest,
+    DescribeClusterRequest,
     DescribeConfigsRequest, DescribeGroupsRequest, IncrementalAlterConfigsRequest, ListGroupsRequest,
 )
 from kafka.protocol.api_header import RequestHeader
@@ -115,6 +116,7 @@ _SERVED = (
     (ApiVersionsRequest, 0, 4, None),
     (CreateTopicsRequest, 2, 7, None),
     (DeleteTopicsRequest, 1, 6, None),
+    (DeleteRecordsRequest, 0, 2, None),
     (InitProducerIdRequest, 0, 4, None),
     (OffsetForLeaderEpochRequest, 2, 4, None),
     (DescribeConfigsRequest, 1, 4, None),

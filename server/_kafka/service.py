@@ -55,6 +55,8 @@ class KafkaParts(Protocol):
     reader: LeaderlessLogReader | None
     producer_ids: ProducerIds | None
     group_offsets: GroupOffsets | None
+    records: Any
+    """``RecordDeletion``: ``delete(topic, partition, before) -> DeleteRecordsResult``."""
 
 
 @dataclass(frozen=True)

@@ -185,13 +185,18 @@ def parse_offsets(
     return default, out
 
 
-def _resolve(spec: int | str | None, hw: int, name: str, partition: int) -> int:
-    """A starting offset: earliest -> 1, latest -> hw + 1, an int within [1, hw + 1]."""
+def _resolve(spec: int | str | None, hw: int, name: str, partition: int, log_start: int = 1) -> int:
+    """A starting offset: earliest -> the log start, latest -> hw + 1, an int within [log start, hw + 1]."""
     if spec == "earliest":
-        return 1
+        return log_start
     if spec == "latest":
         return hw + 1
     assert isinstance(spec, int)
+    if spec < log_start:
+        raise ConfigError(
+            f"{name} for partition {partition} is {spec}, below the log start {log_start} (retention or "
+            f"DeleteRecords let the records before it go); use 'earliest' or an offset >= {log_start}"
+        )
     if spec > hw + 1:
         raise ConfigError(
             f"{name} for partition {partition} is {spec}, past the high watermark {hw} "

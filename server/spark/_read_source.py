@@ -130,10 +130,16 @@ class _Log:
 
     def high_watermark(self, topic: str, partition: int) -> int | None:
         """The last offset, or None for a partition that was never written."""
+        bounds = self.bounds(topic, partition)
+        return None if bounds is None else bounds[1]
+
+    def bounds(self, topic: str, partition: int) -> tuple[int, int] | None:
+        """``(log start, high watermark)`` from one control read; None for a partition never written."""
         try:
-            return self.reader.high_watermark(topic, partition)
+            control = self.reader.control(topic, partition)
         except PartitionNotInitialized:
             return None
+        return control.log_start_offset, control.high_watermark
 
 
 # -- input partitions and reading ----------------------------------------------------------------
@@ -198,8 +204,8 @@ class LlogBatchReader(DataSourceReader):
             extra = sorted(set(named) - set(chosen))
             if extra:
                 raise ConfigError(f"{name} names partition(s) {extra}, which are not read (reading {chosen})")
-        watermarks = {p: lg.high_watermark(self.topic, p) for p in chosen}
-        missing = [p for p, hw in watermarks.items() if hw is None]
+        bounds = {p: lg.bounds(self.topic, p) for p in chosen}
+        missing = [p for p, b in bounds.items() if b is None]
         if missing:
             raise ConfigError(
                 f"partition(s) {missing} of topic {self.topic!r} are not initialized "
@@ -207,8 +213,8 @@ class LlogBatchReader(DataSourceReader):
             )
         self.ranges: list[OffsetRange] = []
         for p in chosen:
-            hw = watermarks[p] or 0
-            s = _resolve(start_at.get(p, start_mode), hw, "startingOffsets", p)
+            log_start, hw = bounds[p]  # type: ignore[misc]
+            s = _resolve(start_at.get(p, start_mode), hw, "startingOffsets", p, log_start)
             e = _resolve_end(end_at.get(p, end_mode), hw, p)
             if s > e + 1:
                 raise ConfigError(

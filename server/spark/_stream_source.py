@@ -98,12 +98,11 @@ class LlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {int(p): int(n) for p, n in offset[self.topic].items()}
 
     def initialOffset(self) -> dict:
-        avail = self._available()
-        for p in self.start_at:
-            avail.setdefault(p, 1)
+        lg = self._lg()
+        bounds = {p: lg.bounds(self.topic, p) or (1, 0) for p in {*self._partitions(), *self.start_at}}
         start = {
-            p: _resolve(self.start_at.get(p, self.start_mode), nxt - 1, "startingOffsets", p)
-            for p, nxt in avail.items()
+            p: _resolve(self.start_at.get(p, self.start_mode), hw, "startingOffsets", p, log_start)
+            for p, (log_start, hw) in bounds.items()
         }
         return self._wrap(start)
 

@@ -66,7 +66,9 @@ Options (case-insensitive):
                                    count (needed without a ``partition`` column)
 ``startingOffsets``                ``earliest`` (batch default), ``latest`` (stream default),
                                    or JSON ``{"0": 5, "1": "earliest"}``: first offset to
-                                   read, inclusive; partitions not named use the default
+                                   read, inclusive (earliest: the log start, which
+                                   retention and DeleteRecords move; an offset below it
+                                   is refused); partitions not named use the default
 ``endingOffsets``                  batch only: ``latest`` (default) or JSON
                                    ``{"0": 100, "1": "latest"}``: last offset, inclusive
 ``maxRecordsPerPartition``         offsets per input partition (default 50000)

@@ -25,6 +25,7 @@ from server._errors import (
     ObjectStoreError,
     OffsetOutOfRange,
     OutOfOrderSequence,
+    PartitionFenced,
     PartitionNotInitialized,
     ProducerFenced,
 )
@@ -37,7 +38,7 @@ from ._history import History
 from ._scheduler import Scheduler, SimCrash
 
 __all__ = ["World", "writer", "idempotent_writer", "compactor", "fencer", "vacuum", "reader", "retainer",
-           "topic_deleter"]
+           "record_deleter", "topic_deleter"]
 
 TP = tuple[str, int]
 JUMP_MARGIN_MS = 5_000
@@ -60,6 +61,8 @@ class World:
     grace_ms: int
     retain: Callable[[TP, TopicConfig], object] | None = None
     """One retention pass (SPEC 7.10) over a log, under a topic config."""
+    delete_records: Callable[[TP, int | None], object] | None = None
+    """Move a log's start to an offset (None: the counter), as Kafka's DeleteRecords (SPEC 7.13)."""
     retire: Callable[[TP], bool] | None = None
     """Retire a log (a deleted topic, SPEC 7.11); True once its cursor is at its start."""
     revive: Callable[[TP], bool] | None = None
@@ -395,6 +398,29 @@ def retainer(world: World, name: str, rng: random.Random, passes: int) -> None:
         h.retention_passes += 1
         if result.log_start_offset > result.previous_log_start:
             h.retention_advances += 1
+
+
+def record_deleter(world: World, name: str, rng: random.Random, calls: int) -> None:
+    """DeleteRecords while everything else runs: the log start moves to an acknowledged
+    offset or one past it (inside an entry, above the cursor, into the pending append),
+    now and then to the counter (SPEC 7.13)."""
+    h = world.history
+    for _ in range(calls):
+        world.nap(rng.uniform(0.005, 0.1))
+        tp = rng.choice(world.tps)
+        acked = h.acked_offsets.get(tp)
+        before = None if not acked or rng.random() < 0.1 else rng.choice(acked) + rng.randint(0, 1)
+        try:
+            world.delete_records(tp, before)  # type: ignore[misc]
+        except SimCrash:
+            continue
+        except LlogError as exc:
+            # Fenced (a fencer, a deleted topic), the log not there yet, or its control record
+            # busy for the whole back-off; never out of range: an acknowledged offset is below S.
+            if not _expected(exc, MetadataStoreError, PartitionFenced, PartitionNotInitialized, ConcurrencyConflict):
+                h.violations.append(f"{name}: delete_records{tp}({before}) raised {type(exc).__name__}: {exc}")
+            continue
+        h.records_deletions += 1
 
 
 def topic_deleter(world: World, name: str, rng: random.Random, cycles: int) -> None:

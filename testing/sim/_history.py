@@ -62,6 +62,8 @@ class History:
     """Acknowledged since the checker last looked."""
     retention_passes: int = 0
     retention_advances: int = 0
+    records_deletions: int = 0
+    """DeleteRecords calls that returned (the start moved, or was at or past the offset already)."""
     topic_deletions: int = 0
     duplicates_answered: int = 0
     """Idempotent attempts answered as duplicates of an earlier one."""

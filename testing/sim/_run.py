@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from server._config import OxiaConfig, ProducerStateConfig, S3Config
 from server._log.producer_ids import ProducerIds
 from server._compaction.retention import apply_retention
+from server._log.log_start import delete_records
 from server._log.retire import retire_log, revive_log
 from server._protocol.constants import VACUUM_GRACE_MS
 from server._protocol.keys import LogLayout, TopicPartition
@@ -131,10 +132,12 @@ def run_seed(seed: int, config: SimConfig | None = None) -> RunResult:
     with_retention = plan.random() < 0.4
     with_deletion = plan.random() < 0.25
     n_idempotent = plan.choice((0, 1, 1, 2))
+    with_record_deletion = plan.random() < 0.3
     shape = (f"{n_logs} logs, {n_writers} writers, {n_compactors} compactors{' (deferring)' if deferral else ''}, "
              f"{n_readers} readers{', fencer' if with_fencer else ''}{', vacuum' if with_vacuum else ''}"
              f"{', retention' if with_retention else ''}{', topic deletion' if with_deletion else ''}"
-             f"{f', {n_idempotent} idempotent producers' if n_idempotent else ''}")
+             f"{f', {n_idempotent} idempotent producers' if n_idempotent else ''}"
+             f"{', DeleteRecords' if with_record_deletion else ''}")
 
     clock = SimClock()
     faults = FaultPlan(random.Random(f"{seed}:faults"), config.faults)
@@ -159,6 +162,8 @@ def run_seed(seed: int, config: SimConfig | None = None) -> RunResult:
                                    **parts),
         grace_ms=GRACE_MS,
         retain=lambda tp, cfg: apply_retention(sim_meta, LAYOUT.keys(TopicPartition(*tp)), cfg, runtime=runtime),
+        delete_records=lambda tp, before: delete_records(sim_meta, LAYOUT.keys(TopicPartition(*tp)), before,
+                                                         runtime=runtime),
         retire=lambda tp: retire_log(sim_meta, LAYOUT.keys(TopicPartition(*tp)), runtime.clock.now_ms()),
         revive=lambda tp: revive_log(sim_meta, LAYOUT.keys(TopicPartition(*tp))),
         new_producer_ids=lambda: ProducerIds(sim_meta, LAYOUT, runtime=runtime),
@@ -185,6 +190,8 @@ def run_seed(seed: int, config: SimConfig | None = None) -> RunResult:
         actors.append(("retainer", "retainer", _actors.retainer, (ops(2, 6),)))
     if with_deletion:
         actors.append(("deleter", "deleter", _actors.topic_deleter, (ops(1, 2),)))
+    if with_record_deletion:
+        actors.append(("purger", "purger", _actors.record_deleter, (ops(2, 5),)))
     for i in range(n_readers):
         actors.append((f"r{i}", "reader", _actors.reader, (ops(3, 8),)))
 
@@ -223,7 +230,7 @@ def run_seed(seed: int, config: SimConfig | None = None) -> RunResult:
         handoffs=frozenset(sched.handoffs),
         errors=Counter(a.detail.split(":", 1)[0].replace(" ", "_") for a in history.attempts if a.detail),
         retention=Counter(passes=history.retention_passes, advances=history.retention_advances,
-                          deletions=history.topic_deletions),
+                          deletions=history.topic_deletions, records_deletions=history.records_deletions),
         idempotence=Counter(duplicates=history.duplicates_answered, fenced_zombies=history.fenced_zombies,
                             batches=sum(1 for a in history.attempts if a.idempotent)),
     )

@@ -43,12 +43,13 @@ def test_idempotent_http_and_kafka_writes_are_stored_once_under_sigkills_and_an_
     """Idempotent HTTP producers and librdkafka idempotent producers (acks=all, through the
     brokers' Kafka listeners) on the same partitions, read by a librdkafka consumer group whose
     coordinator the faults move and by kafka-python through fetch sessions (neither may skip
-    anything)."""
+    anything), while DeleteRecords moves log starts through the listeners."""
     opts = ChaosOptions(
         idempotent=True,
         kafka=True,
         groups=2,
         sessions=True,
+        delete_records=True,  # through the Kafka listeners: every reader checked from the final starts
         seconds=25.0,  # the broker turn, the Oxia restart and the compactor turn, on a loaded 2-core machine
         producers=8,
         partitions=16,
@@ -71,6 +72,7 @@ def test_idempotent_http_and_kafka_writes_are_stored_once_under_sigkills_and_an_
     assert report.idempotence["kafka_delivered"] > 500, report.summary()
     assert report.group["records"] > 500 and report.group["restarts"] >= 1, report.summary()
     assert report.sessions["records"] > 500, report.summary()  # kafka-python's reads through fetch sessions
+    assert report.purger["moved"] >= 2, report.summary()  # DeleteRecords moved log starts while faulting
     assert report.ok, f"{report.summary()}\nprocess logs: {report.data_dir}/logs"
 
 

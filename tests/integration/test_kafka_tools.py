@@ -5,6 +5,7 @@ ProducerPerformance and ConsumerPerformance, ConsumerGroupCommand. Each runs as
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import threading
@@ -48,7 +49,7 @@ def test_topic_command_creates_describes_and_lists(broker, unique_topic):
     assert (topic["partitions"], topic["config"]["retention.ms"]) == (5, "3600000")
 
 
-def test_console_producer_to_console_consumer_and_the_group_command(broker, unique_topic):
+def test_console_producer_to_console_consumer_group_command_and_delete_records(broker, unique_topic, tmp_path):
     bs = ["--bootstrap-server", broker.kafka]
     _tool("TopicCommand", *bs, "--create", "--topic", unique_topic, "--partitions", "2")
     lines = [f"key-{i}:value-{i}" for i in range(30)]
@@ -82,6 +83,15 @@ def test_console_producer_to_console_consumer_and_the_group_command(broker, uniq
     assert "successful" in out, out
     assert group not in _tool("consumer.group.ConsumerGroupCommand", *bs, "--list").split()
     assert broker.client.request("GET", f"/groups/{group}/offsets").status == 404
+
+    # kafka-delete-records: partition 0's records below Kafka offset 5 go; /consume below is refused with the start.
+    plan = tmp_path / "delete.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [{"topic": unique_topic, "partition": 0, "offset": 5}]}))
+    out = _tool("DeleteRecordsCommand", *bs, "--offset-json-file", str(plan))
+    assert f"partition: {unique_topic}-0\tlow_watermark: 5" in out, out
+    answer = broker.client.request("POST", "/consume", {"topic_partitions": [
+        {"topic": unique_topic, "partition": 0, "fetch_offset": 5}]}).json["results"][0]
+    assert (answer["error_code"], answer["log_start_offset"]) == ("OFFSET_OUT_OF_RANGE", 6), answer
 
 
 def _reset(bs: list[str], group: str, topic: str, *how: str) -> dict[str, int]:

@@ -75,6 +75,26 @@ def test_batch_read_whole_topic_bounds_and_chunks(spark, broker_factory, llog_en
     only = read(spark, llog_env, topic=topic, partitions="1,2", startingOffsets="latest")
     assert only.count() == 0
 
+    # DeleteRecords puts partition 0's log start inside its first entry (1-12): earliest starts there.
+    assert delete_below(llog_env, topic, 0, 5).log_start_offset == 5
+    after = read(spark, llog_env, topic=topic, partitions="0")
+    assert sorted((r.offset, r.value) for r in after.collect()) == [(o, values[0][o - 1]) for o in range(5, 26)]
+
+
+def delete_below(env, topic: str, partition: int, before: int):
+    """Kafka's DeleteRecords through the library: the log start of ``topic:partition`` moves to ``before``."""
+    from server._config import OxiaConfig
+    from server._log.log_start import delete_records
+    from server._protocol.keys import LogLayout, TopicPartition
+    from server._storage.metastore import OxiaMetadataStore
+
+    oxia = OxiaConfig.from_env(env)
+    meta = OxiaMetadataStore(oxia)
+    try:
+        return delete_records(meta, LogLayout(oxia.root_prefix).keys(TopicPartition(topic, partition)), before)
+    finally:
+        meta.close()
+
 
 def test_keys_headers_and_timestamps_come_back_in_kafkas_columns(spark, broker_factory, llog_env) -> None:
     broker = broker_factory()

@@ -8,10 +8,13 @@ import pytest
 
 from server._admin.cli import parse_args, run
 from server._catalogue.catalogue import TopicCatalogue
-from server._errors import InvalidRequest, UnknownTopic
+from server._config import OxiaConfig, S3Config
+from server._errors import InvalidRequest, OffsetOutOfRange, UnknownTopic
 from server._log.initialize import initialize_log
 from server._protocol.keys import LogLayout
 from server._storage.metastore import InMemoryMetadataStore
+from server._storage.objectstore import InMemoryObjectStore
+from server.leaderless_log_writer import LeaderlessLogWriter, SharedAppendGroup
 
 LAYOUT = LogLayout("llog")
 
@@ -23,7 +26,7 @@ def catalogue():
 
 
 def cli(catalogue, *argv):
-    return run(parse_args(["topics", *argv]), catalogue)
+    return run(parse_args(["topics", *argv]), catalogue, catalogue._meta)
 
 
 def test_every_command(catalogue):
@@ -39,6 +42,21 @@ def test_every_command(catalogue):
     assert [t["name"] for t in json.loads(cli(catalogue, "list", "--json")[0])] == ["audit"]
 
 
+def test_delete_records_moves_the_log_start(catalogue):
+    cli(catalogue, "create", "orders", "--partitions", "2")
+    with LeaderlessLogWriter(OxiaConfig("fake:1", root_prefix="llog"), S3Config("llog"),
+                             metadata_store=catalogue._meta, object_store=InMemoryObjectStore()) as w:
+        w.append_shared([SharedAppendGroup("orders", 0, [b"a", b"b", b"c", b"d"])])
+    [line] = cli(catalogue, "delete-records", "orders", "--partition", "0", "--before", "3")
+    assert line == "orders:0 starts at 3 (was 1; high watermark 4): the records below it are no longer readable"
+    assert "starts at 3 already" in cli(catalogue, "delete-records", "orders", "--partition", "0", "--before", "2")[0]
+    assert "starts at 5" in cli(catalogue, "delete-records", "orders", "--partition", "0", "--before", "end")[0]
+    with pytest.raises(OffsetOutOfRange, match="the log ends at 0"):
+        cli(catalogue, "delete-records", "orders", "--partition", "1", "--before", "2")
+    with pytest.raises(UnknownTopic, match="partitions 0-1, not 2"):
+        cli(catalogue, "delete-records", "orders", "--partition", "2", "--before", "1")
+
+
 def test_refusals_name_what_is_wrong(catalogue):
     with pytest.raises(InvalidRequest, match="retention.ms must be an integer"):
         cli(catalogue, "create", "orders", "--config", "retention.ms=soon")
@@ -47,7 +65,9 @@ def test_refusals_name_what_is_wrong(catalogue):
 
 
 @pytest.mark.parametrize("argv", [["topics"], ["topics", "create"], ["topics", "alter", "orders"],
-                                  ["topics", "create", "t", "--config", "novalue"]])
+                                  ["topics", "create", "t", "--config", "novalue"],
+                                  ["topics", "delete-records", "t", "--partition", "0"],
+                                  ["topics", "delete-records", "t", "--partition", "0", "--before", "0"]])
 def test_usage_errors_exit_2(argv, capsys):
     with pytest.raises(SystemExit) as exit_:
         parse_args(argv)

@@ -407,3 +407,33 @@ def test_a_fetch_below_a_moved_log_start_is_refused_once_the_start_is_read_again
     assert part.log_start_offset == 3 and part.records == ()
     (part,) = env.consume(("t", 0, 3)).partitions
     assert values(part) == ((3, b"c"),) and part.log_start_offset == 3
+
+
+def test_delete_records_through_this_broker_is_refused_below_at_once_and_served_from_inside_a_batch(
+        env: Env) -> None:
+    """DeleteRecords (SPEC 7.13) puts the start inside a batch: the broker that moved it
+    refuses below it at once (no refresh due), and a fetch at it is answered from the
+    tail cache and, for a batch another broker wrote, from storage, from the start on."""
+    from server._broker.record_deletion import RecordDeletion
+    from server._errors import OffsetOutOfRange, UnknownTopic
+    from server._runtime import REAL_RUNTIME
+
+    env.produce(("t", 0, [b"a", b"b", b"c", b"d"]))
+    env.writer.initialize_partition("t", 1)
+    env.elsewhere("t", 1, [b"w", b"x", b"y", b"z"])
+
+    class Topics:
+        def check_consume(self, tp):
+            if tp.partition > 1:
+                raise UnknownTopic("no such partition", topic=tp.topic, partition=tp.partition)
+
+    deletion = RecordDeletion(env.meta, env.reader.layout, Topics(), REAL_RUNTIME, env.service)
+    assert [deletion.delete("t", p, 3).log_start_offset for p in (0, 1)] == [3, 3]
+    with pytest.raises(UnknownTopic):
+        deletion.delete("t", 2, 1)
+    for p in (0, 1):
+        (below,) = env.consume(("t", p, 2)).partitions
+        assert isinstance(below.error, OffsetOutOfRange) and below.log_start_offset == 3
+    (cached,) = env.consume(("t", 0, 3)).partitions
+    (stored,) = env.consume(("t", 1, 3)).partitions
+    assert values(cached) == ((3, b"c"), (4, b"d")) and values(stored) == ((3, b"y"), (4, b"z"))

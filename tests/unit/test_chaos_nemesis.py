@@ -153,8 +153,11 @@ def test_the_default_pauses_outlast_the_services_oxia_session():
 def test_all_turns_every_mode_on_and_each_flag_one():
     every = options_from_args(parse_args(["--all"]), seed=1)
     assert every.pause and every.minio_restart and every.oxia_node_loss and every.compactors == 2
+    assert every.delete_records
     plain = options_from_args(parse_args([]), seed=1)
-    assert not (plain.pause or plain.minio_restart or plain.oxia_node_loss) and plain.compactors == 1
+    assert not (plain.pause or plain.minio_restart or plain.oxia_node_loss or plain.delete_records)
+    assert plain.compactors == 1
+    assert options_from_args(parse_args(["--delete-records"]), seed=1).delete_records
     assert options_from_args(parse_args(["--two-compactors"]), seed=1).compactors == 2
     assert options_from_args(parse_args(["--pause"]), seed=1).pause
 

@@ -471,3 +471,46 @@ def test_delete_groups_and_offset_delete_answer_bad_names_and_unknown_groups_wit
     version = ApiVersionsRequest[0]()
     assert struct.unpack_from(">ih", _request(s, _encoded(version, 0, 5)))[1] == 0
     s.close()
+
+
+def test_delete_records_moves_the_log_start_for_every_client_and_answers_bad_offsets(kafka_cluster):
+    """kafka-python's and librdkafka's admin clients delete records below an offset (Kafka's);
+    consumers from the earliest then start there, ListOffsets says so, and a fetch below it
+    is OFFSET_OUT_OF_RANGE (a consumer resets to the new start). Raw requests: -1 is the
+    high watermark; past it or below -1 is OFFSET_OUT_OF_RANGE (1), an unknown topic or
+    partition UNKNOWN_TOPIC_OR_PARTITION (3), each beside the partitions that succeed."""
+    from confluent_kafka.admin import AdminClient
+    from kafka.protocol.admin import DeleteRecordsRequest, DeleteRecordsResponse
+
+    _, broker, bootstrap = kafka_cluster
+    appends = broker.appends
+    for p in (0, 1, 2):  # ten records each, in one batch: a start inside it
+        appends.submit(appends.prepare([SharedAppendGroup("purged", p, [b"%d" % i for i in range(10)])])).result(10)
+    got = _admin(bootstrap).delete_records({TopicPartition("purged", 0): 4})
+    assert got[TopicPartition("purged", 0)]["low_watermark"] == 4
+    rd_admin = AdminClient({"bootstrap.servers": bootstrap})  # kept: the futures resolve on its thread
+    futures = rd_admin.delete_records([CkTopicPartition("purged", 1, 7)])
+    assert futures[CkTopicPartition("purged", 1, 7)].result(10).low_watermark == 7
+    assert broker.reader.log_start_offset("purged", 0) == 5  # llog's offsets start at 1
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest", consumer_timeout_ms=3000)
+    consumer.assign([TopicPartition("purged", p) for p in (0, 1)])
+    assert consumer.beginning_offsets([TopicPartition("purged", p) for p in (0, 1)]) == {
+        TopicPartition("purged", 0): 4, TopicPartition("purged", 1): 7}
+    consumer.seek(TopicPartition("purged", 1), 2)  # below the start: out of range, reset to the earliest
+    seen = sorted((m.partition, m.offset, m.value) for m in consumer)
+    consumer.close()
+    assert seen == [(0, i, b"%d" % i) for i in range(4, 10)] + [(1, i, b"%d" % i) for i in range(7, 10)]
+
+    R = DeleteRecordsRequest[2]
+    T = R.DeleteRecordsTopic
+    request = R(timeout_ms=5000, topics=[
+        T(name="purged", partitions=[T.DeleteRecordsPartition(partition_index=p, offset=o)
+                                     for p, o in ((2, -1), (0, 11), (0, -7), (1, 3), (9, 0))]),
+        T(name="no-such-topic", partitions=[T.DeleteRecordsPartition(partition_index=0, offset=0)])])
+    s = _connect(bootstrap)
+    answer = DeleteRecordsResponse[2].decode(_request(s, _encoded(request, 2, 1))[5:], version=2)
+    s.close()
+    assert [(t.name, p.partition_index, p.error_code, p.low_watermark) for t in answer.topics
+            for p in t.partitions] == [("purged", 2, 0, 10), ("purged", 0, 1, -1), ("purged", 0, 1, -1),
+                                       ("purged", 1, 0, 7), ("purged", 9, 3, -1), ("no-such-topic", 0, 3, -1)]

@@ -59,6 +59,11 @@ def test_resolve_bounds() -> None:
     assert _resolve(11, 10, "startingOffsets", 0) == 11  # just past the end: nothing yet, allowed
     with pytest.raises(ConfigError, match="past the high watermark 10"):
         _resolve(12, 10, "startingOffsets", 0)
+    # After retention or DeleteRecords moved the log start to 4: earliest is 4, below it is refused.
+    assert _resolve("earliest", 10, "startingOffsets", 0, log_start=4) == 4
+    assert _resolve(4, 10, "startingOffsets", 0, log_start=4) == 4
+    with pytest.raises(ConfigError, match="below the log start 4"):
+        _resolve(3, 10, "startingOffsets", 0, log_start=4)
     assert _resolve_end("latest", 10, 0) == 10
     with pytest.raises(ConfigError, match="past the high watermark"):
         _resolve_end(11, 10, 0)

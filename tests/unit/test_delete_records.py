@@ -1,0 +1,125 @@
+"""Deleting records (SPEC 7.13) over the in-memory fakes: the log start moves to any
+offset up to the counter (inside an entry, above the cursor, inside the pending
+append), never back, never under a fence; readers, retention and vacuum keep to it."""
+
+from __future__ import annotations
+
+import pytest
+
+from server._catalogue.topic_config import TopicConfig
+from server._compaction.retention import apply_retention
+from server._errors import ConcurrencyConflict, OffsetOutOfRange, PartitionFenced, PartitionNotInitialized, \
+    VersionConflict
+from server._log.log_start import delete_records
+from server._protocol.kafka_batch import Record
+from server._protocol.keys import LogLayout
+from server._storage.metastore import InMemoryMetadataStore
+from server.leaderless_log_compactor import CompactionOutcome, LeaderlessLogCompactor
+from server.leaderless_log_reader import LeaderlessLogReader
+from server.leaderless_log_vacuum import Vacuum
+from server.leaderless_log_writer import LeaderlessLogWriter, SharedAppendGroup
+from tests._step_clock import StepClock, stepped_runtime
+from tests.unit.test_retention import KEYS, control, make, stores  # noqa: F401 - the fixture
+
+VALUES = [f"{i}.{k}".encode() for i in range(4) for k in range(3)]
+
+
+def build(stores, compact: int = 0) -> None:  # noqa: F811
+    """Four appends of three records (offsets 1-12); the first ``compact`` compacted one each."""
+    with make(stores, LeaderlessLogWriter) as w:
+        w.initialize_partition("orders", 0)
+        for i in range(4):
+            w.append_shared([SharedAppendGroup("orders", 0, [Record(v) for v in VALUES[3 * i:3 * i + 3]])])
+    with make(stores, LeaderlessLogCompactor, max_offsets_per_run=3) as c:
+        for _ in range(compact):
+            assert c.compact_once("orders", 0).outcome is CompactionOutcome.COMPACTED
+
+
+def read_all(stores, start: int) -> list[tuple[int, bytes]]:  # noqa: F811
+    with make(stores, LeaderlessLogReader) as r:
+        return [(x.offset, x.payload) for x in r.iter_from("orders", 0, start)]
+
+
+def test_the_start_moves_inside_an_entry_and_readers_refuse_below_it(stores):  # noqa: F811
+    build(stores)
+    result = delete_records(stores[0], KEYS, 5)  # inside the second append (4-6), a WAL entry above the cursor
+    assert (result.previous_log_start, result.log_start_offset, result.high_watermark, result.moved) == (1, 5, 12, True)
+    assert control(stores).log_start_offset == 5 and control(stores).log_start_at_ms is not None
+    with make(stores, LeaderlessLogReader) as r:
+        with pytest.raises(OffsetOutOfRange) as info:
+            r.read_offset("orders", 0, 4)
+        assert (info.value.log_start_offset, info.value.high_watermark) == (5, 12)
+        assert r.read_offset("orders", 0, 5).payload == VALUES[4]
+        assert r.log_start_offset("orders", 0) == 5
+        first = next(iter(r.scan_batches("orders", 0, 5, 12)))
+        assert first.start_offset <= 5 <= first.end_offset  # a batch holding the start: callers skip below it
+    assert read_all(stores, 5) == list(zip(range(5, 13), VALUES[4:]))
+
+
+def test_the_start_never_goes_back_and_stops_at_the_counter(stores):  # noqa: F811
+    build(stores)
+    assert delete_records(stores[0], KEYS, 8).log_start_offset == 8
+    again = delete_records(stores[0], KEYS, 3)
+    assert (again.log_start_offset, again.moved) == (8, False)
+    with pytest.raises(OffsetOutOfRange) as info:
+        delete_records(stores[0], KEYS, 14)  # the counter is 13: one past the last record
+    assert (info.value.log_start_offset, info.value.high_watermark) == (8, 12)
+    everything = delete_records(stores[0], KEYS, None)  # Kafka's -1: up to the high watermark
+    assert everything.log_start_offset == 13 and read_all(stores, 13) == []
+    with make(stores, LeaderlessLogWriter) as w:  # the log goes on from there
+        w.append_shared([SharedAppendGroup("orders", 0, [Record(b"after")])])
+    assert read_all(stores, 13) == [(13, b"after")]
+
+
+def test_a_fenced_or_missing_log_is_refused(stores):  # noqa: F811
+    build(stores)
+    with make(stores, LeaderlessLogWriter) as w:
+        w.fence_partition("orders", 0)
+    with pytest.raises(PartitionFenced):
+        delete_records(stores[0], KEYS, 5)
+    assert control(stores).log_start_offset == 1
+    with pytest.raises(PartitionNotInitialized):
+        delete_records(stores[0], LogLayout("llog").partition("orders", 1), 1)
+
+
+class _Racing(InMemoryMetadataStore):
+    """A store whose conditional puts of one key conflict ``times`` times: another
+    writer's commit lands between each read and write."""
+
+    def __init__(self, times: int) -> None:
+        super().__init__()
+        self.times = times
+
+    def put(self, key, value, partition_key=None, expected_version=None, **kw):
+        if expected_version is not None and key == KEYS.control and self.times > 0:
+            self.times -= 1
+            raise VersionConflict("raced")
+        return super().put(key, value, partition_key, expected_version=expected_version, **kw)
+
+
+def test_a_conflict_reads_again_and_a_writer_keeps_the_new_start(stores):  # noqa: F811
+    meta = _Racing(0)
+    racing = (meta, stores[1])
+    build(racing)
+    meta.times = 3
+    assert delete_records(meta, KEYS, 7).log_start_offset == 7 and meta.times == 0
+    with make(racing, LeaderlessLogWriter) as w:  # its cached control is stale: its CAS reads again
+        w.append_shared([SharedAppendGroup("orders", 0, [Record(b"more")])])
+    assert control(racing).log_start_offset == 7 and control(racing).sequence_counter == 14
+    meta.times = 10 ** 6  # a conflict every time: it gives up when the back-off is spent
+    clock = StepClock(0)
+    with pytest.raises(ConcurrencyConflict):
+        delete_records(meta, KEYS, 9, runtime=stepped_runtime(clock))
+    assert clock.now > 1_000 and control(racing).log_start_offset == 7
+
+
+def test_retention_and_vacuum_keep_the_entry_holding_the_start(stores):  # noqa: F811
+    build(stores, compact=3)  # COMPACTED 1-3, 4-6, 7-9; WAL 10-12
+    delete_records(stores[0], KEYS, 5)
+    with make(stores, Vacuum, grace_ms=0, allow_unsafe_grace=True) as v:
+        report = v.run_once()
+    assert len(report.expired_entries) == 1  # 1-3 only: 4-6 holds the start
+    assert read_all(stores, 5) == list(zip(range(5, 13), VALUES[4:]))
+    # Retention walks on from the entry holding the start.
+    result = apply_retention(stores[0], KEYS, TopicConfig(retention_ms=0))
+    assert (result.previous_log_start, result.log_start_offset) == (5, 10)
