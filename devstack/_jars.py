@@ -5,7 +5,7 @@ with ``mvn dependency:copy-dependencies`` into ``$LLOG_CACHE_DIR/jars/<name>-
 <pom hash>/`` (a ``.complete`` stamp marks it done; a changed pom resolves
 again). Maven's own repository (``~/.m2``) caches the downloads::
 
-    jars/kafka-tools-<hash>/   kafka-clients, kafka-tools and kafka_2.13 4.1.1 with their
+    jars/kafka-tools-<hash>/   kafka-clients, kafka-tools, kafka-streams and kafka_2.13 4.1.1 with their
                                dependencies: ProducerPerformance, ConsumerPerformance, the
                                console producer/consumer, TopicCommand, ConsumerGroupCommand,
                                and Kafka's broker (bench_kafka's comparison)

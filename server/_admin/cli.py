@@ -78,8 +78,8 @@ def _parser() -> argparse.ArgumentParser:
     x = cmd.add_parser("delete", help="delete a topic: unknown to produce and consume at once, removed later")
     x.add_argument("name")
     r = cmd.add_parser("delete-records", help="move a partition's log start: the records below an offset go")
-    r.add_argument("name")
-    r.add_argument("--partition", type=int, required=True)
+    r.add_argument("name", help="the topic")
+    r.add_argument("--partition", type=int, required=True, help="the partition whose start moves")
     r.add_argument("--before", required=True, metavar="OFFSET",
                    help="the new first offset (llog's, from 1), or 'end' for every record there is now")
     groups = area.add_parser("groups", help="consumer groups' committed offsets and lag")

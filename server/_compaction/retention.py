@@ -13,6 +13,9 @@ Kafka has segments):
   without it (entries count their stored bytes: a WAL slice its
   ``byte_length``, a COMPACTED entry its ``size_bytes``).
 
+A topic whose ``cleanup.policy`` is ``compact`` alone lets nothing go (llog
+has no key compaction: it keeps every version of every key).
+
 It stops at the first entry neither rule lets go, so the log start only
 ever lands on an entry boundary at or below the cursor: WAL data, the
 pending append and anything not yet compacted are never dropped. The new
@@ -107,7 +110,7 @@ def apply_retention(
         newest = entry.max_timestamp_ms if entry.max_timestamp_ms is not None else entry.created_at_ms
         old = config.retention_ms >= 0 and newest < now - config.retention_ms
         big = config.retention_bytes >= 0 and total - dropped - size >= config.retention_bytes
-        if not (old or big):
+        if not config.retains or not (old or big):  # cleanup.policy=compact keeps everything
             break
         new_start, dropped = end + 1, dropped + size
 

@@ -334,11 +334,13 @@ def test_the_admin_client_alters_configs_adds_partitions_and_deletes_topics(brok
     _create(bootstrap, unique_topic, 2)
     admin = AdminClient({"bootstrap.servers": bootstrap})
     resource = ConfigResource("topic", unique_topic, incremental_configs=[
-        ConfigEntry("retention.ms", "7200000", incremental_operation=AlterConfigOpType.SET)])
+        ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET)
+        for k, v in (("retention.ms", "7200000"), ("cleanup.policy", "compact"), ("min.insync.replicas", "2"))])
     admin.incremental_alter_configs([resource])[resource].result(30)
     described = admin.describe_configs([ConfigResource("topic", unique_topic)])
     configs = next(iter(described.values())).result(30)
-    assert configs["retention.ms"].value == "7200000"
+    assert {k: configs[k].value for k in ("retention.ms", "cleanup.policy", "min.insync.replicas")} == {
+        "retention.ms": "7200000", "cleanup.policy": "compact", "min.insync.replicas": "2"}
     admin.create_partitions([NewPartitions(unique_topic, 4)])[unique_topic].result(30)
     assert len(admin.list_topics(unique_topic, timeout=30).topics[unique_topic].partitions) == 4
     with pytest.raises(Exception, match="TOPIC_ALREADY_EXISTS|already exists"):

@@ -39,7 +39,8 @@ def _tool(cls: str, *args: str, stdin: str | None = None, timeout: float = 120) 
 def test_topic_command_creates_describes_and_lists(broker, unique_topic):
     bs = ["--bootstrap-server", broker.kafka]
     assert f"Created topic {unique_topic}" in _tool("TopicCommand", *bs, "--create", "--topic", unique_topic,
-                                                    "--partitions", "3", "--config", "retention.ms=3600000")
+                                                    "--partitions", "3", "--config", "retention.ms=3600000",
+                                                    "--config", "min.insync.replicas=2")
     described = _tool("TopicCommand", *bs, "--describe", "--topic", unique_topic)
     assert "PartitionCount: 3" in described and described.count(f"Topic: {unique_topic}\tPartition:") == 3
     assert unique_topic in _tool("TopicCommand", *bs, "--list").split()
@@ -47,6 +48,7 @@ def test_topic_command_creates_describes_and_lists(broker, unique_topic):
     assert "PartitionCount: 5" in _tool("TopicCommand", *bs, "--describe", "--topic", unique_topic)
     topic = broker.client.request("GET", f"/topics/{unique_topic}").json["topic"]
     assert (topic["partitions"], topic["config"]["retention.ms"]) == (5, "3600000")
+    assert topic["config"]["min.insync.replicas"] == "2"  # kept as given, applied by nothing
 
 
 def test_console_producer_to_console_consumer_group_command_and_delete_records(broker, unique_topic, tmp_path):

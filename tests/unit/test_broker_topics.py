@@ -50,7 +50,7 @@ def test_create_list_describe_alter_grow_and_delete(cluster):
     ("POST", None, {"name": "t", "colour": "red"}, "colour"),
     ("POST", None, {"name": "t", "config": ["retention.ms"]}, "config"),
     ("POST", None, {"name": "t", "config": {"retention.ms": "soon"}}, "config.retention.ms"),
-    ("POST", None, {"name": "t", "config": {"segment.ms": 1}}, "config.segment.ms"),
+    ("POST", None, {"name": "t", "config": {"segment.msec": 1}}, "config.segment.msec"),
     ("PATCH", "orders", {}, None),
     ("PATCH", "orders", {"partitions": 1}, "partitions"),
 ])

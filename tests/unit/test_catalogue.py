@@ -35,7 +35,7 @@ def test_create_describe_list_with_defaults_and_overrides(meta):
     assert c.describe("orders") == orders
     assert c.describe("audit").config.to_kafka() == {
         "retention.ms": "-1", "retention.bytes": "-1", "message.timestamp.type": "LogAppendTime",
-        "max.message.bytes": "1048588"}
+        "max.message.bytes": "1048588", "cleanup.policy": "delete"}
     assert orders.topic_id != c.describe("audit").topic_id
 
 
@@ -62,11 +62,33 @@ def test_create_refuses_duplicates_bad_names_counts_and_configs(meta):
         ("t", 1, {"retention.ms": "soon"}, "retention.ms must be an integer"),
         ("t", 1, {"retention.ms": -2}, "retention.ms must be an integer -1"),
         ("t", 1, {"message.timestamp.type": "Now"}, "message.timestamp.type must be one of"),
-        ("t", 1, {"segment.ms": 1}, "unknown topic config 'segment.ms'"),
+        ("t", 1, {"segment.msec": 1}, "unknown topic config 'segment.msec'"),
+        ("t", 1, {"cleanup.policy": "shred"}, "cleanup.policy must be delete, compact or compact,delete"),
+        ("t", 1, {"min.insync.replicas": ""}, "min.insync.replicas must be a string or an integer"),
     ]:
         with pytest.raises(InvalidRequest, match=field):
             c.create(name, partitions, config)
     assert [t.name for t in c.list()] == ["orders"]
+
+
+def test_kafkas_other_topic_configs_are_kept_and_compact_keeps_every_record(meta):
+    """What Kafka Streams gives its repartition and changelog topics, and ops scripts their
+    topics: kept in the record and described, acting on nothing; ``compact`` alone turns
+    retention off (no key compaction), ``compact,delete`` retains as ``delete``."""
+    c = catalogue(meta)
+    streams = {"cleanup.policy": "compact", "segment.bytes": 52428800, "min.insync.replicas": "2",
+               "message.timestamp.type": "CreateTime", "min.compaction.lag.ms": "0"}
+    changelog = c.create("app-store-changelog", 1, streams)
+    assert changelog.config.kept == (("min.compaction.lag.ms", "0"), ("min.insync.replicas", "2"),
+                                     ("segment.bytes", "52428800"))
+    assert c.describe("app-store-changelog").config.to_kafka() == {
+        "retention.ms": "604800000", "retention.bytes": "-1", "message.timestamp.type": "CreateTime",
+        "max.message.bytes": "1048588", "cleanup.policy": "compact", "min.compaction.lag.ms": "0",
+        "min.insync.replicas": "2", "segment.bytes": "52428800"}
+    assert not changelog.config.retains
+    altered = c.alter_config("app-store-changelog", {"cleanup.policy": "delete, compact", "segment.bytes": None})
+    assert altered.config.retains and altered.config.cleanup_policy == "compact,delete"
+    assert dict(altered.config.kept) == {"min.compaction.lag.ms": "0", "min.insync.replicas": "2"}
 
 
 def test_alter_config_and_restore_a_default(meta):
@@ -128,3 +150,16 @@ def test_racing_alters_both_land_and_a_lost_race_is_retried(meta):
     meta.put = put
     topic = c.alter_config("orders", {"retention.ms": 7})
     assert (topic.config.retention_ms, topic.config.retention_bytes) == (7, 99)
+
+
+def test_the_openapi_config_keys_are_the_ones_the_catalogue_takes():
+    from pathlib import Path
+
+    import yaml
+
+    from server._catalogue.topic_config import KEPT_KEYS, KNOWN_KEYS
+
+    doc = yaml.safe_load((Path(__file__).parents[2] / "server" / "openapi.yaml").read_text())
+    schemas = doc["components"]["schemas"]
+    assert schemas["TopicConfigChanges"]["propertyNames"]["enum"] == [*KNOWN_KEYS, *sorted(KEPT_KEYS)]
+    assert set(schemas["TopicDescription"]["properties"]["config"]["required"]) == set(KNOWN_KEYS)

@@ -514,3 +514,29 @@ def test_delete_records_moves_the_log_start_for_every_client_and_answers_bad_off
     assert [(t.name, p.partition_index, p.error_code, p.low_watermark) for t in answer.topics
             for p in t.partitions] == [("purged", 2, 0, 10), ("purged", 0, 1, -1), ("purged", 0, 1, -1),
                                        ("purged", 1, 0, 7), ("purged", 9, 3, -1), ("no-such-topic", 0, 3, -1)]
+
+
+def test_kafka_streams_internal_topic_configs_are_accepted_kept_and_described(kafka_cluster):
+    """CreateTopics with the configs Kafka Streams gives a repartition and a changelog topic
+    (and an ops script's min.insync.replicas): created, and DescribeConfigs answers them back;
+    a config Kafka does not know is INVALID_CONFIG (40), naming it."""
+    from kafka.admin import ConfigResource, ConfigResourceType
+    from kafka.errors import InvalidConfigurationError
+
+    cluster, broker, bootstrap = kafka_cluster
+    admin = _admin(bootstrap)
+    repartition = {"cleanup.policy": "delete", "segment.bytes": "52428800", "retention.ms": "-1",
+                   "message.timestamp.type": "CreateTime", "min.insync.replicas": "2"}
+    changelog = {"cleanup.policy": "compact", "message.timestamp.type": "CreateTime", "segment.bytes": "52428800"}
+    admin.create_topics([NewTopic("app-repartition", 2, 1, topic_configs=repartition),
+                         NewTopic("app-changelog", 2, 1, topic_configs=changelog)])
+    described = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, name)
+                                        for name in ("app-repartition", "app-changelog")])
+    got = {name: {k: (v["value"] if isinstance(v, dict) else v) for k, v in configs.items()}
+           for by_name in described.values() for name, configs in by_name.items()}
+    assert {k: got["app-repartition"][k] for k in repartition} == repartition
+    assert {k: got["app-changelog"][k] for k in changelog} == changelog
+    assert not broker.topics.describe("app-changelog").config.retains  # compact: nothing let go
+    with pytest.raises(InvalidConfigurationError, match="segment.byte"):
+        admin.create_topics([NewTopic("typo", 1, 1, topic_configs={"segment.byte": "1"})], raise_errors=True)
+    admin.close()

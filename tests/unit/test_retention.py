@@ -207,3 +207,13 @@ def test_a_deleted_topic_is_retired_emptied_and_forgotten_and_its_name_comes_bac
     assert res.start_offset == 7 and values(stores, 7) == [b"new"]
     for p in (0, 1):
         assert_log(meta, layout.partition("orders", p), object_uris(objs, "llog"))
+
+
+def test_a_compact_topic_keeps_every_record_and_compact_delete_retains(stores):
+    """llog has no key compaction: ``cleanup.policy=compact`` lets nothing go, whatever the limits."""
+    build(stores, [9, 8, 1])
+    compact = TopicConfig(retention_ms=0, retention_bytes=0, cleanup_policy="compact")
+    result = apply_retention(stores[0], KEYS, compact)
+    assert (result.outcome, result.log_start_offset) == (RetentionOutcome.KEPT, 1) and result.retained_bytes > 0
+    both = TopicConfig(retention_ms=7 * DAY, cleanup_policy="compact,delete")
+    assert apply_retention(stores[0], KEYS, both).log_start_offset == 7
