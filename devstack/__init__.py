@@ -28,7 +28,7 @@ from ._binaries import (
     file_lock,
 )
 from ._oxia import OxiaCluster, OxiaServerPorts, OxiaStandalone, shard_leaders
-from ._jars import ensure_jars, java, kafka_tools_classpath, spark_kafka_jars
+from ._jars import ensure_jars, java, kafka_connect_classpath, kafka_tools_classpath, spark_kafka_jars
 from ._process import ManagedProcess, StackError, die_with_parent_argv, free_ports
 from ._prometheus import PrometheusQueryError, PrometheusServer, ScrapeTarget, query, query_range
 from ._s3 import S3Server, ensure_bucket, s3_client
@@ -46,6 +46,7 @@ from ._stack import (
 __all__ = [
     "ensure_jars",
     "java",
+    "kafka_connect_classpath",
     "kafka_tools_classpath",
     "spark_kafka_jars",
     "file_lock",

@@ -1,4 +1,5 @@
-"""Java classpaths from Maven Central, cached per user: Kafka's client and tools, Spark's Kafka connector.
+"""Java classpaths from Maven Central, cached per user: Kafka's client, tools and Streams,
+Kafka Connect, Spark's Kafka connector.
 
 Each classpath is declared by a pom in ``scripts/maven/`` and resolved once
 with ``mvn dependency:copy-dependencies`` into ``$LLOG_CACHE_DIR/jars/<name>-
@@ -9,11 +10,13 @@ again). Maven's own repository (``~/.m2``) caches the downloads::
                                dependencies: ProducerPerformance, ConsumerPerformance, the
                                console producer/consumer, TopicCommand, ConsumerGroupCommand,
                                and Kafka's broker (bench_kafka's comparison)
+    jars/kafka-connect-<hash>/ connect-runtime and connect-file 4.1.1: Kafka Connect's
+                               distributed worker and the file connectors
     jars/spark-kafka-<hash>/   spark-sql-kafka-0-10_2.13 4.2.0 for requirements.txt's pyspark,
                                with only what Spark does not ship (kafka-clients,
                                commons-pool2, spark-token-provider-kafka)
 
-``python -m devstack install`` resolves both when ``mvn`` is on PATH, and says
+``python -m devstack install`` resolves them all when ``mvn`` is on PATH, and says
 what is missing when it is not (only the Kafka compatibility tests, the Spark
 Kafka steps and ``loadtest/bench_kafka.py`` need them).
 """
@@ -29,12 +32,13 @@ from pathlib import Path
 from ._binaries import cache_dir, file_lock, progress
 from ._process import StackError
 
-__all__ = ["JARS", "ensure_jars", "kafka_tools_classpath", "spark_kafka_jars", "java"]
+__all__ = ["JARS", "ensure_jars", "kafka_tools_classpath", "kafka_connect_classpath", "spark_kafka_jars", "java"]
 
 REPO = Path(__file__).resolve().parents[1]
 POMS = REPO / "scripts" / "maven"
 JARS = {
     "kafka-tools": ("kafka-tools.xml", ()),
+    "kafka-connect": ("kafka-connect.xml", ()),
     "spark-kafka": ("spark-kafka.xml", ("-DincludeArtifactIds=spark-sql-kafka-0-10_2.13,"
                                         "spark-token-provider-kafka-0-10_2.13,kafka-clients,commons-pool2",)),
 }
@@ -80,6 +84,11 @@ def ensure_jars(name: str) -> Path:
 def kafka_tools_classpath() -> str:
     """A ``java -cp`` value for Kafka's client and tools."""
     return str(ensure_jars("kafka-tools") / "*")
+
+
+def kafka_connect_classpath() -> str:
+    """A ``java -cp`` value for Kafka Connect's worker and the file connectors."""
+    return str(ensure_jars("kafka-connect") / "*")
 
 
 def spark_kafka_jars() -> list[str]:
