@@ -506,14 +506,15 @@ def test_delete_records_moves_the_log_start_for_every_client_and_answers_bad_off
     T = R.DeleteRecordsTopic
     request = R(timeout_ms=5000, topics=[
         T(name="purged", partitions=[T.DeleteRecordsPartition(partition_index=p, offset=o)
-                                     for p, o in ((2, -1), (0, 11), (0, -7), (1, 3), (9, 0))]),
+                                     for p, o in ((2, -1), (0, 11), (0, -7), (1, 3), (9, 0), (-1, 0))]),
         T(name="no-such-topic", partitions=[T.DeleteRecordsPartition(partition_index=0, offset=0)])])
     s = _connect(bootstrap)
     answer = DeleteRecordsResponse[2].decode(_request(s, _encoded(request, 2, 1))[5:], version=2)
     s.close()
     assert [(t.name, p.partition_index, p.error_code, p.low_watermark) for t in answer.topics
             for p in t.partitions] == [("purged", 2, 0, 10), ("purged", 0, 1, -1), ("purged", 0, 1, -1),
-                                       ("purged", 1, 0, 7), ("purged", 9, 3, -1), ("no-such-topic", 0, 3, -1)]
+                                       ("purged", 1, 0, 7), ("purged", 9, 3, -1), ("purged", -1, 3, -1),
+                                       ("no-such-topic", 0, 3, -1)]
 
 
 def test_kafka_streams_internal_topic_configs_are_accepted_kept_and_described(kafka_cluster):
