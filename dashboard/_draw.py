@@ -102,8 +102,9 @@ def draw_row(heading: str, panels: Sequence[PanelData], window: TimeRange, path:
         legend = ax.get_legend()
         labels = [t.get_text() for t in legend.get_texts()] if legend is not None else []
         rows = math.ceil(len(labels) / _legend_columns(labels)) if labels else 0
-        if rows or ax.yaxis.label.get_text():
-            ax.set_position(_plot_box(cell, width_px, height_px, legend_rows=rows, ylabel=bool(ax.yaxis.label.get_text())))
+        ylabel = bool(ax.yaxis.label.get_text())
+        if rows or ylabel:
+            ax.set_position(_plot_box(cell, width_px, height_px, legend_rows=rows, ylabel=ylabel))
         if legend is not None:  # its top a fixed distance below the plot, under the tick labels
             legend.set_bbox_to_anchor((0.0, -MARGIN_PX["legend_gap"] / (ax.get_position().height * height_px)),
                                       transform=ax.transAxes)
@@ -240,7 +241,8 @@ def _legend_columns(labels: Sequence[str]) -> int:
 
 def _legend_below(ax: Axes, handles: list) -> None:
     columns = _legend_columns([h.get_label() for h in handles])
-    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(0.0, -0.1), ncol=columns, fontsize=LEGEND_FONT,
+    # Anchored at the plot's lower left here; draw_row moves it below the tick labels once the plot is placed.
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(0.0, 0.0), ncol=columns, fontsize=LEGEND_FONT,
               frameon=False, handlelength=1.6, borderaxespad=0.0, columnspacing=1.2, labelspacing=0.3)
 
 

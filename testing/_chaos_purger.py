@@ -59,8 +59,8 @@ class RecordPurger(threading.Thread):
             while not self._halt.wait(self._rng.uniform(*self._interval_s)):
                 p = self._rng.randrange(self._cluster.partitions)
                 try:
-                    start, hw = reader.log_start_offset(self._cluster.topic, p), reader.high_watermark(
-                        self._cluster.topic, p)
+                    control = reader.control(self._cluster.topic, p)
+                    start, hw = control.log_start_offset, control.high_watermark
                     self._saw(p, start)
                     if hw < start:
                         continue

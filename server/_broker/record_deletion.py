@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .._errors import UnknownTopic
 from .._log.log_start import DeleteRecordsResult, delete_records
 from .._protocol.keys import LogLayout, TopicPartition
 from .._runtime import Runtime
@@ -30,7 +31,10 @@ class RecordDeletion:
         self._consume = consume
 
     def delete(self, topic: str, partition: int, before: int | None) -> DeleteRecordsResult:
-        """Records below llog offset ``before`` (None: all there are now) made unreadable."""
+        """Records below llog offset ``before`` (None: all there are now) made unreadable; an unknown
+        topic or partition (a negative one too) is UnknownTopic."""
+        if partition < 0:
+            raise UnknownTopic(f"topic {topic!r} has no partition {partition}", topic=topic)
         tp = TopicPartition(topic, partition)
         self._topics.check_consume(tp)
         result = delete_records(self._meta, self._layout.keys(tp), before, runtime=self._runtime)

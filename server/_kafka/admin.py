@@ -193,13 +193,9 @@ def delete_records(svc: KafkaService, req: KafkaRequest) -> Any:
 
 def _delete_below(svc: KafkaService, topic: str, partition: int, offset: int) -> int:
     """The log start after deleting below Kafka offset ``offset`` (-1: the high watermark)."""
-    if svc.parts.records is None:
-        raise InvalidRequest("this broker does not delete records")
     if offset < -1:
         raise OffsetOutOfRange(f"offset {offset}: DeleteRecords takes an offset >= 0, or -1 for the high watermark")
     validate_topic(topic)
-    if partition < 0:
-        raise UnknownTopic(f"topic {topic!r} has no partition {partition}", topic=topic)
     return svc.parts.records.delete(topic, partition, None if offset == -1 else llog_offset(offset)).log_start_offset
 
 
