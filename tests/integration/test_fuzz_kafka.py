@@ -15,7 +15,7 @@ import struct
 
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
-from kafka.protocol.admin import CreateTopicsRequest, DescribeGroupsRequest, ListGroupsRequest
+from kafka.protocol.admin import CreateTopicsRequest, DeleteRecordsRequest, DescribeGroupsRequest, ListGroupsRequest
 from kafka.protocol.consumer import (
     FetchRequest, HeartbeatRequest, JoinGroupRequest, ListOffsetsRequest, OffsetCommitRequest, OffsetFetchRequest,
 )
@@ -70,6 +70,9 @@ def _corpus(topic: str) -> list:
             OffsetFetchRequest.OffsetFetchRequestGroup(group_id="fuzz-group", topics=None)], require_stable=False)),
         (DescribeGroupsRequest, dict(groups=["fuzz-group"], include_authorized_operations=False)),
         (ListGroupsRequest, dict(states_filter=[], types_filter=[])),
+        (DeleteRecordsRequest, dict(timeout_ms=1000, topics=[DeleteRecordsRequest.DeleteRecordsTopic(
+            name=topic, partitions=[DeleteRecordsRequest.DeleteRecordsTopic.DeleteRecordsPartition(
+                partition_index=0, offset=0)])])),
         (CreateTopicsRequest, dict(topics=[CreateTopicsRequest.CreatableTopic(
             name=f"{topic}-made", num_partitions=1, replication_factor=1, assignments=[], configs=[])],
             timeout_ms=1000, validate_only=True)),
