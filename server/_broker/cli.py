@@ -82,7 +82,7 @@ def serve(config: BrokerConfig, env: Mapping[str, str], stop: threading.Event) -
         if config.kafka_port is not None:
             from .kafka_front import KafkaFront  # kafka-python's import (0.2 s) only for a broker that speaks Kafka
 
-            kafka = KafkaFront(broker)
+            kafka = KafkaFront(broker, location=f"s3://{S3Config.from_env(env).bucket}/{broker.layout.root}")
     except BaseException:
         server.server_close()
         broker.close()

@@ -15,6 +15,7 @@ from .._errors import ConfigError
 from .._kafka import KafkaListener, KafkaService, Limits, Nodes, ProduceStalls
 from .._storage.metastore import MetadataStore
 from .broker import Broker
+from .log_description import LogDescriptions
 from .record_deletion import RecordDeletion
 
 __all__ = ["KafkaFront"]
@@ -29,13 +30,16 @@ class _Parts:
     producer_ids: Any
     group_offsets: Any
     records: Any
+    logs: Any
 
 
 class KafkaFront:
     """The listener, its service and its registration, over one broker."""
 
-    def __init__(self, broker: Broker, meta: MetadataStore | None = None) -> None:
-        """``meta``: where the live listeners register (default: the broker's own stores)."""
+    def __init__(self, broker: Broker, meta: MetadataStore | None = None, *, location: str | None = None) -> None:
+        """``meta``: where the live listeners register (default: the broker's own stores);
+        ``location``: where the logs are stored, as DescribeLogDirs names it (``s3://bucket/root``;
+        default ``/root``)."""
         config = broker.config
         if config.kafka_port is None:
             raise ConfigError("the Kafka listener needs a port (LLOG_KAFKA_PORT)")
@@ -46,8 +50,9 @@ class KafkaFront:
         layout = broker.layout
         runtime = broker.runtime
         records = RecordDeletion(meta, layout, broker.topics, runtime, broker.consume_service)
+        logs = LogDescriptions(meta, layout, broker.topics, location or f"/{layout.root}")
         parts = _Parts(broker.appends, broker.consume_service, broker.topics, broker.reader, broker.producer_ids,
-                       broker.group_offsets, records)
+                       broker.group_offsets, records, logs)
         self.service: KafkaService | None = None
         self.listener: KafkaListener | None = None
         self.nodes: Nodes | None = None

@@ -1,6 +1,6 @@
 """Deleting records through a broker: Kafka's DeleteRecords (SPEC 7.13).
 
-A partition of a live topic (``BrokerTopics.check_consume``: an unknown topic
+A partition of a live topic (``BrokerTopics.live_partition``: an unknown topic
 or a partition past its count is UnknownTopic) gets its log start moved by
 ``_log.log_start.delete_records``. This broker's consume service learns the new
 start at once, so a fetch through it below the start is refused from the
@@ -12,9 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._errors import UnknownTopic
 from .._log.log_start import DeleteRecordsResult, delete_records
-from .._protocol.keys import LogLayout, TopicPartition
+from .._protocol.keys import LogLayout
 from .._runtime import Runtime
 from .._storage.metastore import MetadataStore
 
@@ -33,10 +32,7 @@ class RecordDeletion:
     def delete(self, topic: str, partition: int, before: int | None) -> DeleteRecordsResult:
         """Records below llog offset ``before`` (None: all there are now) made unreadable; an unknown
         topic or partition (a negative one too) is UnknownTopic."""
-        if partition < 0:
-            raise UnknownTopic(f"topic {topic!r} has no partition {partition}", topic=topic)
-        tp = TopicPartition(topic, partition)
-        self._topics.check_consume(tp)
+        tp = self._topics.live_partition(topic, partition)
         result = delete_records(self._meta, self._layout.keys(tp), before, runtime=self._runtime)
         if self._consume is not None:
             self._consume.saw_log_start(tp, result.log_start_offset)

@@ -33,7 +33,7 @@ from .._catalogue.topic_config import TopicConfig
 from .._errors import InvalidRequest, MetadataStoreError, TopicAlreadyExists, UnknownTopic
 from .._http_server import Response
 from .._protocol.http_json import InvalidField, parse_json_body
-from .._protocol.keys import TopicPartition, validate_topic
+from .._protocol.keys import TopicPartition, is_valid, validate_topic
 
 __all__ = ["BrokerTopics"]
 
@@ -86,6 +86,15 @@ class BrokerTopics:
         if tp.partition >= topic.partitions:
             raise UnknownTopic(f"topic {tp.topic!r} has {topic.partitions} partitions, not partition {tp.partition}",
                                topic=tp.topic, partition=tp.partition)
+
+    def live_partition(self, topic: str, partition: int) -> TopicPartition:
+        """``topic``:``partition`` when it names a partition of a live topic, else UnknownTopic (a name
+        that is not a topic's, or a negative partition, too): what a request naming one by its parts asks."""
+        if not is_valid(validate_topic, topic) or partition < 0:
+            raise UnknownTopic(f"no topic-partition {topic!r}:{partition}", topic=topic)
+        tp = TopicPartition(topic, partition)
+        self.check_consume(tp)
+        return tp
 
     def describe(self, name: str, *, create: bool = False) -> TopicRecord:
         """A live topic (adopting an old one; creating it when ``create`` and auto-creation is on), else

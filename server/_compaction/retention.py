@@ -33,13 +33,13 @@ from enum import Enum
 
 from .._catalogue.topic_config import TopicConfig
 from .._errors import VersionConflict
+from .._log.stored import entry_bytes, read_stored
 from .._protocol.keys import PartitionKeys
-from .._protocol.records import CompactionCursor, ControlRecord, EntryType, IndexEntry
 from .._storage.metastore import MetadataStore
 from .._metrics import LlogMetrics
 from .._runtime import REAL_RUNTIME, Runtime
 
-__all__ = ["RetentionOutcome", "RetentionResult", "apply_retention", "entry_bytes"]
+__all__ = ["RetentionOutcome", "RetentionResult", "apply_retention"]
 
 
 class RetentionOutcome(str, Enum):
@@ -67,43 +67,21 @@ class RetentionResult:
     """Bytes let go by this pass."""
 
 
-def entry_bytes(entry: IndexEntry) -> int:
-    """The stored bytes an index entry stands for (0 when its entry does not say)."""
-    if entry.type == EntryType.COMPACTED:
-        return entry.size_bytes or 0
-    return entry.byte_length or 0
-
-
 def apply_retention(
     meta: MetadataStore, keys: PartitionKeys, config: TopicConfig, *, runtime: Runtime = REAL_RUNTIME,
     metrics: LlogMetrics | None = None,
 ) -> RetentionResult:
     """One pass of SPEC 7.10 over the log of ``keys`` under ``config``."""
     tp = keys.tp
-    rec = meta.get(keys.control, keys.partition_key)
-    if rec is None:
+    stored = read_stored(meta, keys)
+    if stored is None:
         return RetentionResult(tp.topic, tp.partition, RetentionOutcome.MISSING, 1, 1)
-    control, version = ControlRecord.decode(rec.value), rec.version
+    control, version, total = stored.control, stored.version, stored.total_bytes
     start = control.log_start_offset
-    got = meta.get(keys.compaction_cursor, keys.partition_key)
-    cursor = 1 if got is None else CompactionCursor.decode(got.value).offset
-
-    compacted: list[tuple[int, int, IndexEntry]] = []
-    total = 0
-    for row in meta.range_scan(keys.index(start), keys.index_end, keys.partition_key):
-        end = keys.index_offset(row.key)
-        if end is None or end < start:
-            continue
-        entry = IndexEntry.decode(row.value)
-        if entry.type == EntryType.WAL and end < cursor:
-            continue  # a redundant entry inside a compacted range (SPEC 8.2): its bytes are counted there
-        total += entry_bytes(entry)
-        if entry.type == EntryType.COMPACTED and end < cursor:
-            compacted.append((entry.start_offset(end), end, entry))
 
     now = runtime.clock.now_ms()
     new_start, dropped = start, 0
-    for first, end, entry in compacted:
+    for first, end, entry in stored.compacted:
         if first > new_start:
             break  # not contiguous from the start: never skip over data
         size = entry_bytes(entry)

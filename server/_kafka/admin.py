@@ -15,7 +15,7 @@ the high watermark (or below -1) is OFFSET_OUT_OF_RANGE, as in Kafka.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.admin import (
     CreatePartitionsResponse, CreateTopicsResponse, DeleteRecordsResponse, DeleteTopicsResponse,
@@ -26,25 +26,13 @@ from .._errors import InvalidRequest, LlogError, OffsetOutOfRange, TopicAlreadyE
 from .._protocol.kafka_batch import kafka_offset, llog_offset
 from .._protocol.keys import validate_topic
 from .cluster import topic_uuid
-from .errors import Code, error_code
+from .errors import Code, attempt, error_code
 
 if TYPE_CHECKING:
     from .codec import KafkaRequest
     from .service import KafkaService
 
 __all__ = ["HANDLERS"]
-
-T = TypeVar("T")
-
-
-def _attempt(body: Callable[[], T], to_code: Callable[[LlogError], int] = error_code) -> tuple[int, str | None, T | None]:
-    """``(NONE, None, body())``, or ``(code, message, None)`` when ``body`` raised an LlogError:
-    one item's answer in an admin request that answers each item on its own."""
-    try:
-        return Code.NONE, None, body()
-    except LlogError as exc:
-        return to_code(exc), str(exc), None
-
 
 _TOPIC_CONFIG = 2  # resource types of DescribeConfigs and IncrementalAlterConfigs
 _BROKER_CONFIG = 4
@@ -56,7 +44,7 @@ def describe_configs(svc: KafkaService, req: KafkaRequest) -> Any:
     results = []
     for res in req.body.resources:
         wanted = None if res.configuration_keys is None else set(res.configuration_keys)
-        code, message, configs = _attempt(lambda: _configs(svc, res.resource_type, res.resource_name))
+        code, message, configs = attempt(lambda: _configs(svc, res.resource_type, res.resource_name))
         entries = [R.DescribeConfigsResult.DescribeConfigsResourceResult(
             name=k, value=str(val), read_only=False, is_default=False, config_source=1, is_sensitive=False,
             synonyms=[], config_type=0, documentation=None)
@@ -78,7 +66,7 @@ def create_topics(svc: KafkaService, req: KafkaRequest) -> Any:
     R = CreateTopicsResponse
     out = []
     for t in req.body.topics:
-        code, message, record = _attempt(lambda: _create(svc, t, req.body.validate_only), _create_error)
+        code, message, record = attempt(lambda: _create(svc, t, req.body.validate_only), _create_error)
         out.append(R.CreatableTopicResult(
             name=t.name, topic_id=topic_uuid(record.topic_id) if record else None, error_code=code,
             error_message=message, num_partitions=record.partitions if record else -1,
@@ -120,7 +108,7 @@ def delete_topics(svc: KafkaService, req: KafkaRequest) -> Any:
     names = [t.name for t in req.body.topics] if v >= 6 else list(req.body.topic_names)
     out = []
     for name in names:
-        code, message, topic_id = _attempt(lambda: _delete(svc, name))
+        code, message, topic_id = attempt(lambda: _delete(svc, name))
         out.append(R.DeletableTopicResult(name=name, topic_id=topic_id, error_code=code, error_message=message))
     return R[v](throttle_time_ms=0, responses=out)
 
@@ -136,7 +124,7 @@ def create_partitions(svc: KafkaService, req: KafkaRequest) -> Any:
     R = CreatePartitionsResponse
     out = []
     for t in req.body.topics:
-        code, message, _ = _attempt(lambda: _add_partitions(svc, t, req.body.validate_only), _create_error)
+        code, message, _ = attempt(lambda: _add_partitions(svc, t, req.body.validate_only), _create_error)
         out.append(R.CreatePartitionsTopicResult(name=t.name, error_code=code, error_message=message))
     return R[req.version](throttle_time_ms=0, results=out)
 
@@ -158,7 +146,7 @@ def incremental_alter_configs(svc: KafkaService, req: KafkaRequest) -> Any:
     R = IncrementalAlterConfigsResponse
     out = []
     for res in req.body.resources:
-        code, message, _ = _attempt(lambda: _alter(svc, res, req.body.validate_only), _create_error)
+        code, message, _ = attempt(lambda: _alter(svc, res, req.body.validate_only), _create_error)
         out.append(R.AlterConfigsResourceResponse(error_code=code, error_message=message,
                                                   resource_type=res.resource_type, resource_name=res.resource_name))
     return R[req.version](throttle_time_ms=0, responses=out)
@@ -184,7 +172,7 @@ def delete_records(svc: KafkaService, req: KafkaRequest) -> Any:
     for t in req.body.topics:
         parts = []
         for p in t.partitions:
-            code, _, start = _attempt(lambda: _delete_below(svc, t.name, p.partition_index, p.offset))
+            code, _, start = attempt(lambda: _delete_below(svc, t.name, p.partition_index, p.offset))
             parts.append(P(partition_index=p.partition_index, error_code=code,
                            low_watermark=-1 if start is None else kafka_offset(start)))
         out.append(R.DeleteRecordsTopicResult(name=t.name, partitions=parts))
@@ -195,7 +183,6 @@ def _delete_below(svc: KafkaService, topic: str, partition: int, offset: int) ->
     """The log start after deleting below Kafka offset ``offset`` (-1: the high watermark)."""
     if offset < -1:
         raise OffsetOutOfRange(f"offset {offset}: DeleteRecords takes an offset >= 0, or -1 for the high watermark")
-    validate_topic(topic)
     return svc.parts.records.delete(topic, partition, None if offset == -1 else llog_offset(offset)).log_start_offset
 
 

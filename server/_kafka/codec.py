@@ -35,9 +35,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from kafka.protocol.admin import (
-    CreatePartitionsRequest, CreateTopicsRequest, DeleteGroupsRequest, DeleteRecordsRequest, DeleteTopicsRequest,
-    DescribeClusterRequest,
-    DescribeConfigsRequest, DescribeGroupsRequest, IncrementalAlterConfigsRequest, ListGroupsRequest,
+    CreateAclsRequest, CreatePartitionsRequest, CreateTopicsRequest, DeleteAclsRequest, DeleteGroupsRequest,
+    DeleteRecordsRequest, DeleteTopicsRequest, DescribeAclsRequest, DescribeClusterRequest, DescribeConfigsRequest,
+    DescribeGroupsRequest, DescribeLogDirsRequest, DescribeProducersRequest, IncrementalAlterConfigsRequest,
+    ListGroupsRequest,
 )
 from kafka.protocol.api_header import RequestHeader
 from kafka.protocol.schemas.fields.codecs.encode_buffer import EncodeBuffer
@@ -123,6 +124,11 @@ _SERVED = (
     (DescribeClusterRequest, 0, 1, None),
     (CreatePartitionsRequest, 0, 3, None),
     (IncrementalAlterConfigsRequest, 0, 1, None),
+    (DescribeLogDirsRequest, 1, 4, None),
+    (DescribeProducersRequest, 0, 0, None),
+    (DescribeAclsRequest, 1, 3, None),
+    (CreateAclsRequest, 1, 3, None),
+    (DeleteAclsRequest, 1, 3, None),
 )
 APIS: dict[int, Api] = {cls.API_KEY: Api(cls.API_KEY, cls, lo, hi, served) for cls, lo, hi, served in _SERVED}
 API_VERSIONS = ApiVersionsRequest.API_KEY

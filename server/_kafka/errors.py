@@ -50,6 +50,7 @@ UNSUPPORTED_VERSION, ...) are named in :class:`Code`.
 from __future__ import annotations
 
 from enum import IntEnum
+from typing import Callable, TypeVar
 
 from .._errors import (
     AppendFailed, BackPressureRejected, ConcurrencyConflict, CorruptBatch, InvalidRequest, LlogError, OffsetOutOfRange,
@@ -58,7 +59,9 @@ from .._errors import (
 )
 from .._protocol.http_json import TooLarge
 
-__all__ = ["Code", "error_code"]
+__all__ = ["Code", "attempt", "error_code"]
+
+T = TypeVar("T")
 
 
 class Code(IntEnum):
@@ -94,6 +97,7 @@ class Code(IntEnum):
     OUT_OF_ORDER_SEQUENCE_NUMBER = 45
     INVALID_PRODUCER_EPOCH = 47
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
+    SECURITY_DISABLED = 54
     KAFKA_STORAGE_ERROR = 56
     NON_EMPTY_GROUP = 68
     GROUP_ID_NOT_FOUND = 69
@@ -139,3 +143,12 @@ def error_code(exc: BaseException | None) -> Code:
     if isinstance(exc, LlogError) and exc.retriable:
         return Code.KAFKA_STORAGE_ERROR
     return Code.UNKNOWN_SERVER_ERROR
+
+
+def attempt(body: Callable[[], T], to_code: Callable[[LlogError], int] = error_code) -> tuple[int, str | None, T | None]:
+    """``(NONE, None, body())``, or ``(code, message, None)`` when ``body`` raised an LlogError:
+    one item's answer in a request that answers each item (topic, partition, resource) on its own."""
+    try:
+        return Code.NONE, None, body()
+    except LlogError as exc:
+        return to_code(exc), str(exc), None

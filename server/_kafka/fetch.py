@@ -147,9 +147,7 @@ def _check(svc: KafkaService, topic: str, partition: int) -> None:
     """UnknownTopic unless this broker reads and ``topic``:``partition`` is a live topic's partition."""
     if svc.parts.reader is None or svc.parts.topics is None:
         raise UnknownTopic("this broker does not read (role write)")
-    if not is_valid(validate_topic, topic) or partition < 0:
-        raise UnknownTopic(f"no topic-partition {topic!r}:{partition}")
-    svc.parts.topics.check_consume(TopicPartition(topic, partition))
+    svc.parts.topics.live_partition(topic, partition)
 
 
 def offset_for_leader_epoch(svc: KafkaService, req: KafkaRequest) -> Any:

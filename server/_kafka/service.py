@@ -10,9 +10,11 @@ the API has a top-level error code, or the error in every partition
 
 The handlers live by family: ``cluster.py`` (ApiVersions, Metadata,
 DescribeCluster, FindCoordinator), ``admin.py`` (CreateTopics, DeleteTopics,
-CreatePartitions, DescribeConfigs, IncrementalAlterConfigs), ``produce.py`` (Produce, InitProducerId), ``fetch.py``
-(Fetch, ListOffsets, OffsetForLeaderEpoch) and ``groups.py`` (the group
-APIs, over ``coordinator.py``).
+CreatePartitions, DescribeConfigs, IncrementalAlterConfigs, DeleteRecords),
+``logs.py`` (DescribeLogDirs, DescribeProducers), ``acls.py`` (the ACL APIs,
+answered as without an authorizer), ``produce.py`` (Produce, InitProducerId),
+``fetch.py`` (Fetch, ListOffsets, OffsetForLeaderEpoch) and ``groups.py``
+(the group APIs, over ``coordinator.py``).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from .._log.producer_ids import ProducerIds
 from .._log.reader import LeaderlessLogReader
 from .._metrics import LlogMetrics
 from .._runtime import Runtime
-from . import admin, cluster, fetch, groups, produce
+from . import acls, admin, cluster, fetch, groups, logs, produce
 from .codec import FETCH, OFFSET_COMMIT, PRODUCE, KafkaRequest, encode_response
 from .gather import Answer, RecordParts, encode_gathered
 from .coordinator import GroupCoordinator
@@ -51,12 +53,14 @@ class KafkaParts(Protocol):
     consume: Any
     """``BrokerConsumeService.consume(ConsumeRequest) -> ConsumeResult``."""
     topics: Any
-    """``BrokerTopics``: ``describe``, ``create``, ``delete``, ``check_consume``, ``catalogue``."""
+    """``BrokerTopics``: ``describe``, ``create``, ``delete``, ``live_partition``, ``catalogue``."""
     reader: LeaderlessLogReader | None
     producer_ids: ProducerIds | None
     group_offsets: GroupOffsets | None
     records: Any
     """``RecordDeletion``: ``delete(topic, partition, before) -> DeleteRecordsResult``."""
+    logs: Any
+    """``LogDescriptions``: ``stored_bytes(topic, partition)``, ``producers(topic, partition)``, ``location``."""
 
 
 @dataclass(frozen=True)
@@ -73,7 +77,8 @@ class Limits:
 Handler = Callable[["KafkaService", KafkaRequest], Any]
 
 HANDLERS: dict[int, Handler] = {
-    **cluster.HANDLERS, **admin.HANDLERS, **produce.HANDLERS, **fetch.HANDLERS, **groups.HANDLERS,
+    **cluster.HANDLERS, **admin.HANDLERS, **produce.HANDLERS, **fetch.HANDLERS, **groups.HANDLERS, **logs.HANDLERS,
+    **acls.HANDLERS,
 }
 
 

@@ -15,7 +15,10 @@ import struct
 
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
-from kafka.protocol.admin import CreateTopicsRequest, DeleteRecordsRequest, DescribeGroupsRequest, ListGroupsRequest
+from kafka.protocol.admin import (
+    CreateTopicsRequest, DeleteRecordsRequest, DescribeAclsRequest, DescribeGroupsRequest, DescribeLogDirsRequest,
+    DescribeProducersRequest, ListGroupsRequest,
+)
 from kafka.protocol.consumer import (
     FetchRequest, HeartbeatRequest, JoinGroupRequest, ListOffsetsRequest, OffsetCommitRequest, OffsetFetchRequest,
 )
@@ -76,6 +79,12 @@ def _corpus(topic: str) -> list:
         (CreateTopicsRequest, dict(topics=[CreateTopicsRequest.CreatableTopic(
             name=f"{topic}-made", num_partitions=1, replication_factor=1, assignments=[], configs=[])],
             timeout_ms=1000, validate_only=True)),
+        (DescribeLogDirsRequest, dict(topics=[DescribeLogDirsRequest.DescribableLogDirTopic(topic=topic,
+                                                                                             partitions=[0, 1])])),
+        (DescribeProducersRequest, dict(topics=[DescribeProducersRequest.TopicRequest(name=topic,
+                                                                                      partition_indexes=[0])])),
+        (DescribeAclsRequest, dict(resource_type_filter=1, resource_name_filter=None, pattern_type_filter=1,
+                                   principal_filter=None, host_filter=None, operation=1, permission_type=1)),
     ]
 
 

@@ -216,3 +216,31 @@ def test_the_java_consumer_reads_through_incremental_fetch_sessions(broker, uniq
     assert broker.client.counter("kafka_fetches_total", session="opened") >= 1
     assert broker.client.counter("kafka_fetches_total", session="sessionless") == 0  # librdkafka's only
     assert broker.client.counter("kafka_fetches_total", session="not_found") == 0
+
+
+def test_log_dirs_describe_producers_and_acl_commands(broker, unique_topic):
+    """LogDirsCommand: each partition once, sized as the broker stores it (its records and their
+    batch framing); TransactionsCommand describe-producers: the console producer (idempotent
+    by default) with its last sequence; AclCommand --list: SecurityDisabledException, at once."""
+    bs = ["--bootstrap-server", broker.kafka]
+    _tool("TopicCommand", *bs, "--create", "--topic", unique_topic, "--partitions", "2")
+    lines = [f"key-{i}:value-{i:04d}-" + "x" * 200 for i in range(50)]  # murmur2 of the keys: both partitions
+    _tool("ConsoleProducer", *bs, "--topic", unique_topic, "--property", "parse.key=true",
+          "--property", "key.separator=:", stdin="\n".join(lines) + "\n")
+    out = _tool("LogDirsCommand", *bs, "--describe", "--topic-list", unique_topic)
+    described = json.loads(next(line for line in out.splitlines() if line.startswith("{")))
+    (only,) = described["brokers"]  # one broker: it leads both partitions
+    (log_dir,) = only["logDirs"]
+    assert log_dir["logDir"].startswith("s3://") and log_dir["error"] is None
+    sizes = {p["partition"]: p["size"] for p in log_dir["partitions"]}
+    assert set(sizes) == {f"{unique_topic}-0", f"{unique_topic}-1"}
+    payload = sum(len(line) - 1 for line in lines)  # each key and value
+    assert payload < sum(sizes.values()) < payload + 100 * len(lines), sizes  # records plus their framing
+    out = _tool("TransactionsCommand", *bs, "describe-producers", "--topic", unique_topic, "--partition", "0")
+    header, *rows = [line.split() for line in out.strip().splitlines()]
+    assert header[:4] == ["ProducerId", "ProducerEpoch", "LatestCoordinatorEpoch", "LastSequence"], out
+    (row,) = rows
+    assert int(row[0]) >= 0 and int(row[3]) >= 0 and row[2] == "-1", out
+    done = subprocess.run([java(), "-cp", kafka_tools_classpath(), TOOLS + "AclCommand", *bs, "--list"],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert "SecurityDisabledException: No Authorizer is configured" in done.stdout, done.stdout + done.stderr

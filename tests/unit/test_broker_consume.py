@@ -423,9 +423,10 @@ def test_delete_records_through_this_broker_is_refused_below_at_once_and_served_
     env.elsewhere("t", 1, [b"w", b"x", b"y", b"z"])
 
     class Topics:
-        def check_consume(self, tp):
-            if tp.partition > 1:
-                raise UnknownTopic("no such partition", topic=tp.topic, partition=tp.partition)
+        def live_partition(self, topic, partition):
+            if partition > 1:
+                raise UnknownTopic("no such partition", topic=topic, partition=partition)
+            return TopicPartition(topic, partition)
 
     deletion = RecordDeletion(env.meta, env.reader.layout, Topics(), REAL_RUNTIME, env.service)
     assert [deletion.delete("t", p, 3).log_start_offset for p in (0, 1)] == [3, 3]

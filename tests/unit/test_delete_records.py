@@ -11,8 +11,10 @@ from server._compaction.retention import apply_retention
 from server._errors import ConcurrencyConflict, OffsetOutOfRange, PartitionFenced, PartitionNotInitialized, \
     VersionConflict
 from server._log.log_start import delete_records
+from server._log.stored import entry_bytes, read_stored
 from server._protocol.kafka_batch import Record
 from server._protocol.keys import LogLayout
+from server._protocol.records import EntryType, IndexEntry
 from server._storage.metastore import InMemoryMetadataStore
 from server.leaderless_log_compactor import CompactionOutcome, LeaderlessLogCompactor
 from server.leaderless_log_reader import LeaderlessLogReader
@@ -123,3 +125,41 @@ def test_retention_and_vacuum_keep_the_entry_holding_the_start(stores):  # noqa:
     # Retention walks on from the entry holding the start.
     result = apply_retention(stores[0], KEYS, TopicConfig(retention_ms=0))
     assert (result.previous_log_start, result.log_start_offset) == (5, 10)
+
+
+def test_the_stored_size_counts_each_range_once_and_the_entry_holding_the_start_whole(stores):  # noqa: F811
+    """What DescribeLogDirs reports and retention weighs (``_log.stored``): each entry's stored bytes
+    from the entry holding the log start on."""
+    build(stores, compact=2)  # COMPACTED 1-3, 4-6; WAL 7-9, 10-12
+    meta = stores[0]
+    entries: dict[int, tuple[EntryType, int]] = {}
+    for row in meta.range_scan(KEYS.index(1), KEYS.index_end, KEYS.partition_key):
+        entry = IndexEntry.decode(row.value)
+        entries[KEYS.index_offset(row.key)] = (entry.type, entry_bytes(entry))
+    assert [t for t, _ in entries.values()] == [EntryType.COMPACTED] * 2 + [EntryType.WAL] * 2
+    c3, c6, w9, w12 = (entries[end][1] for end in (3, 6, 9, 12))
+    assert min(c3, c6, w9, w12) > 0
+    stored = read_stored(meta, KEYS)
+    assert (stored.cursor, stored.total_bytes) == (7, c3 + c6 + w9 + w12)
+    assert [(first, end) for first, end, _ in stored.compacted] == [(1, 3), (4, 6)]
+    delete_records(meta, KEYS, 5)  # inside 4-6: that entry counts whole
+    assert read_stored(meta, KEYS).total_bytes == c6 + w9 + w12
+    delete_records(meta, KEYS, 11)
+    assert read_stored(meta, KEYS).total_bytes == w12
+    assert read_stored(meta, LogLayout("llog").partition("orders", 1)) is None  # never initialized
+
+
+def test_the_stored_size_skips_a_wal_entry_a_compaction_left_below_the_cursor(stores):  # noqa: F811
+    """SPEC 8.2's allowed state: a compaction of 1-6 that stopped before deleting the WAL entry
+    ending at 3. Its bytes are the COMPACTED entry's: counted once."""
+    build(stores)  # WAL 1-3, 4-6, 7-9, 10-12
+    meta = stores[0]
+    left = meta.get(KEYS.index(3), KEYS.partition_key).value
+    with make(stores, LeaderlessLogCompactor, max_offsets_per_run=6) as c:
+        assert c.compact_once("orders", 0).outcome is CompactionOutcome.COMPACTED  # 1-6 in one entry
+    meta.put(KEYS.index(3), left, KEYS.partition_key)  # as if its deletion never ran
+    c6 = entry_bytes(IndexEntry.decode(meta.get(KEYS.index(6), KEYS.partition_key).value))
+    w9, w12 = (entry_bytes(IndexEntry.decode(meta.get(KEYS.index(e), KEYS.partition_key).value)) for e in (9, 12))
+    stored = read_stored(meta, KEYS)
+    assert (stored.cursor, stored.total_bytes) == (7, c6 + w9 + w12)
+    assert [(first, end) for first, end, _ in stored.compacted] == [(1, 6)]
