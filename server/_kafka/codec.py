@@ -35,7 +35,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from kafka.protocol.admin import (
-    CreateAclsRequest, CreatePartitionsRequest, CreateTopicsRequest, DeleteAclsRequest, DeleteGroupsRequest,
+    AlterClientQuotasRequest, AlterPartitionReassignmentsRequest, DescribeClientQuotasRequest, ElectLeadersRequest,
+    ListPartitionReassignmentsRequest, CreateAclsRequest, CreatePartitionsRequest, CreateTopicsRequest, DeleteAclsRequest, DeleteGroupsRequest,
     DeleteRecordsRequest, DeleteTopicsRequest, DescribeAclsRequest, DescribeClusterRequest, DescribeConfigsRequest,
     DescribeGroupsRequest, DescribeLogDirsRequest, DescribeProducersRequest, IncrementalAlterConfigsRequest,
     ListGroupsRequest,
@@ -129,6 +130,11 @@ _SERVED = (
     (DescribeAclsRequest, 1, 3, None),
     (CreateAclsRequest, 1, 3, None),
     (DeleteAclsRequest, 1, 3, None),
+    (ElectLeadersRequest, 0, 2, None),
+    (ListPartitionReassignmentsRequest, 0, 0, None),
+    (AlterPartitionReassignmentsRequest, 0, 0, None),
+    (DescribeClientQuotasRequest, 0, 1, None),
+    (AlterClientQuotasRequest, 0, 1, None),
 )
 APIS: dict[int, Api] = {cls.API_KEY: Api(cls.API_KEY, cls, lo, hi, served) for cls, lo, hi, served in _SERVED}
 API_VERSIONS = ApiVersionsRequest.API_KEY

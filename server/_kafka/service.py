@@ -12,7 +12,8 @@ The handlers live by family: ``cluster.py`` (ApiVersions, Metadata,
 DescribeCluster, FindCoordinator), ``admin.py`` (CreateTopics, DeleteTopics,
 CreatePartitions, DescribeConfigs, IncrementalAlterConfigs, DeleteRecords),
 ``logs.py`` (DescribeLogDirs, DescribeProducers), ``acls.py`` (the ACL APIs,
-answered as without an authorizer), ``produce.py`` (Produce, InitProducerId),
+answered as without an authorizer), ``operations.py`` (ElectLeaders, the
+reassignments and client quotas, which llog has nothing to do for), ``produce.py`` (Produce, InitProducerId),
 ``fetch.py`` (Fetch, ListOffsets, OffsetForLeaderEpoch) and ``groups.py``
 (the group APIs, over ``coordinator.py``).
 """
@@ -31,7 +32,7 @@ from .._log.producer_ids import ProducerIds
 from .._log.reader import LeaderlessLogReader
 from .._metrics import LlogMetrics
 from .._runtime import Runtime
-from . import acls, admin, cluster, fetch, groups, logs, produce
+from . import acls, admin, cluster, fetch, groups, logs, operations, produce
 from .codec import FETCH, OFFSET_COMMIT, PRODUCE, KafkaRequest, encode_response
 from .gather import Answer, RecordParts, encode_gathered
 from .coordinator import GroupCoordinator
@@ -78,7 +79,7 @@ Handler = Callable[["KafkaService", KafkaRequest], Any]
 
 HANDLERS: dict[int, Handler] = {
     **cluster.HANDLERS, **admin.HANDLERS, **produce.HANDLERS, **fetch.HANDLERS, **groups.HANDLERS, **logs.HANDLERS,
-    **acls.HANDLERS,
+    **acls.HANDLERS, **operations.HANDLERS,
 }
 
 

@@ -16,8 +16,8 @@ import struct
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.protocol.admin import (
-    CreateTopicsRequest, DeleteRecordsRequest, DescribeAclsRequest, DescribeGroupsRequest, DescribeLogDirsRequest,
-    DescribeProducersRequest, ListGroupsRequest,
+    AlterClientQuotasRequest, CreateTopicsRequest, DeleteRecordsRequest, DescribeAclsRequest, DescribeGroupsRequest,
+    DescribeLogDirsRequest, DescribeProducersRequest, ElectLeadersRequest, ListGroupsRequest,
 )
 from kafka.protocol.consumer import (
     FetchRequest, HeartbeatRequest, JoinGroupRequest, ListOffsetsRequest, OffsetCommitRequest, OffsetFetchRequest,
@@ -85,6 +85,11 @@ def _corpus(topic: str) -> list:
                                                                                       partition_indexes=[0])])),
         (DescribeAclsRequest, dict(resource_type_filter=1, resource_name_filter=None, pattern_type_filter=1,
                                    principal_filter=None, host_filter=None, operation=1, permission_type=1)),
+        (ElectLeadersRequest, dict(election_type=0, timeout_ms=1000, topic_partitions=[
+            ElectLeadersRequest.TopicPartitions(topic=topic, partitions=[0, 5])])),
+        (AlterClientQuotasRequest, dict(validate_only=True, entries=[AlterClientQuotasRequest.EntryData(
+            entity=[AlterClientQuotasRequest.EntryData.EntityData(entity_type="client-id", entity_name=None)],
+            ops=[AlterClientQuotasRequest.EntryData.OpData(key="producer_byte_rate", value=1.0, remove=False)])])),
     ]
 
 

@@ -244,3 +244,27 @@ def test_log_dirs_describe_producers_and_acl_commands(broker, unique_topic):
     done = subprocess.run([java(), "-cp", kafka_tools_classpath(), TOOLS + "AclCommand", *bs, "--list"],
                           capture_output=True, text=True, timeout=120, check=False)
     assert "SecurityDisabledException: No Authorizer is configured" in done.stdout, done.stdout + done.stderr
+
+
+def test_leader_election_reassignment_and_quota_commands(broker, unique_topic):
+    """LeaderElectionCommand: the partition has its leader already; ReassignPartitionsCommand
+    --list: none in progress; ConfigCommand on client quotas: none set, and a quota refused
+    with the reason (llog enforces none). Each answers at once, none hangs on a closed
+    connection."""
+    bs = ["--bootstrap-server", broker.kafka]
+    _tool("TopicCommand", *bs, "--create", "--topic", unique_topic, "--partitions", "2")
+    out = _tool("LeaderElectionCommand", *bs, "--election-type", "PREFERRED", "--topic", unique_topic,
+                "--partition", "1")
+    assert f"Valid replica already elected for partitions {unique_topic}-1" in out, out
+    assert "No partition reassignments found" in _tool("reassign.ReassignPartitionsCommand", *bs, "--list")
+
+    def config(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([java(), "-cp", kafka_tools_classpath(), "kafka.admin.ConfigCommand", *bs, *args],
+                              capture_output=True, text=True, timeout=120, check=False)
+
+    described = config("--describe", "--entity-type", "clients")
+    assert described.returncode == 0 and "Quota" not in described.stdout, described.stdout + described.stderr
+    altered = config("--alter", "--entity-type", "clients", "--entity-name", "app",
+                     "--add-config", "producer_byte_rate=1024")
+    assert altered.returncode != 0 and "llog enforces no client quotas" in altered.stdout + altered.stderr, \
+        altered.stdout + altered.stderr

@@ -1,7 +1,8 @@
 """What Kafka's admin tools ask besides topics and groups, over the in-memory stores:
 DescribeLogDirs (a partition's stored bytes, under the broker Metadata names its leader),
-DescribeProducers (the idempotent producers a partition keeps state for) and the ACL APIs
-(SECURITY_DISABLED, as a Kafka broker without an authorizer answers)."""
+DescribeProducers (the idempotent producers a partition keeps state for), the ACL APIs
+(SECURITY_DISABLED, as a Kafka broker without an authorizer answers), and the leader
+elections, reassignments and client quotas llog has nothing to do for."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AclBinding, AclBindingFilter, AdminClient, AclOperation, AclPermissionType, ResourcePatternType, \
     ResourceType
 from kafka import KafkaProducer, TopicPartition
+from kafka.admin import NewTopic
 from kafka.admin import ACLFilter, ACLOperation, ACLPermissionType, ACLResourcePatternType, ResourcePatternFilter
 from kafka.admin import ResourceType as KpResourceType
 from kafka.errors import SecurityDisabledError, UnknownTopicOrPartitionError
@@ -110,3 +112,42 @@ def test_the_acl_apis_say_security_is_disabled(kafka):  # noqa: F811
     (created,) = admin.create_acls([binding]).values()
     with pytest.raises(KafkaException, match="No Authorizer is configured"):
         created.result(10)
+
+
+def test_leader_elections_reassignments_and_quotas_are_answered_with_what_is_true(kafka):  # noqa: F811
+    """Nothing to elect (ELECTION_NOT_NEEDED for a partition named, none for "all"), no
+    reassignment in progress and none possible (INVALID_REPLICA_ASSIGNMENT), no quota set and
+    none accepted (INVALID_REQUEST); an unknown partition is UNKNOWN_TOPIC_OR_PARTITION."""
+    from kafka.protocol.admin import (AlterClientQuotasRequest, AlterClientQuotasResponse,
+                                      DescribeClientQuotasRequest, DescribeClientQuotasResponse, ElectLeadersRequest,
+                                      ElectLeadersResponse)
+
+    broker, bootstrap = kafka
+    admin = _admin(bootstrap)
+    admin.create_topics([NewTopic("elected", 2, 1)])
+    answer = admin.elect_leaders(0, {"elected": [0, 1, 7]}, raise_errors=False)
+    (result,) = answer.replica_election_results
+    assert [(p.partition_id, p.error_code) for p in result.partition_result] == [(0, 84), (1, 84), (7, 3)]
+    s = _connect(bootstrap)
+    every = ElectLeadersRequest[2](election_type=1, topic_partitions=None, timeout_ms=1000)  # kafka-python lists them
+    assert ElectLeadersResponse[2].decode(_request(s, _encoded(every, 2, 9))[5:]).replica_election_results == []
+    assert admin.list_partition_reassignments() == {}
+    refused = admin.alter_partition_reassignments({TopicPartition("elected", 0): [1, 2]})
+    assert [(tp, err.__name__) for tp, err in refused.items()] == [(TopicPartition("elected", 0),
+                                                                    "InvalidReplicationAssignmentError")]  # code 39
+    for version in (0, 1):
+        described = DescribeClientQuotasRequest[version](components=[
+            DescribeClientQuotasRequest[version].ComponentData(entity_type="client-id", match_type=2, match=None)],
+            strict=False)
+        raw = _request(s, _encoded(described, version, 10 + version))
+        answer = DescribeClientQuotasResponse[version].decode(raw[5 if version else 4:])
+        assert (answer.error_code, answer.entries) == (0, [])
+        E = AlterClientQuotasRequest[version].EntryData
+        alter = AlterClientQuotasRequest[version](validate_only=False, entries=[E(
+            entity=[E.EntityData(entity_type="client-id", entity_name="app")],
+            ops=[E.OpData(key="producer_byte_rate", value=1024.0, remove=False)])])
+        raw = _request(s, _encoded(alter, version, 20 + version))
+        (entry,) = AlterClientQuotasResponse[version].decode(raw[5 if version else 4:]).entries
+        assert (entry.error_code, entry.error_message) == (42, "llog enforces no client quotas")
+        assert [(e.entity_type, e.entity_name) for e in entry.entity] == [("client-id", "app")]
+    s.close()
