@@ -102,6 +102,16 @@ class BrokerConfig:
         "Requests of one Kafka connection queued or running at once; the listener reads no more until one "
         "is answered.", env="LLOG_KAFKA_MAX_INFLIGHT", default=16, min=2, max=1024,
     )
+    kafka_max_connections: int = setting(
+        "Kafka connections open at once (two threads each); a connection past it is closed at once and its "
+        "client retries (Kafka's max.connections).", env="LLOG_KAFKA_MAX_CONNECTIONS", default=10_000, min=1,
+        max=1_000_000,
+    )
+    kafka_connections_max_idle_ms: int = setting(
+        "A Kafka connection that sends nothing and takes nothing for this long is closed (Kafka's "
+        "connections.max.idle.ms); 0: never.", env="LLOG_KAFKA_CONNECTIONS_MAX_IDLE_MS", default=600_000, min=0,
+        max=86_400_000,
+    )
     kafka_fetch_sessions: int = setting(
         "Kafka fetch sessions (KIP-227) a broker keeps at most, least recently used evicted first; a consumer "
         "in one names only what changed per fetch (Kafka's max.incremental.fetch.session.cache.slots; "

@@ -60,6 +60,7 @@ class KafkaFront:
             self.listener = KafkaListener(
                 self._begin, host=config.host, port=config.kafka_port, max_frame_bytes=config.max_request_bytes,
                 threads=config.kafka_threads, max_inflight=config.kafka_max_inflight, metrics=broker.metrics,
+                max_connections=config.kafka_max_connections, max_idle_ms=config.kafka_connections_max_idle_ms,
                 stalls=None if broker.appends is None else ProduceStalls(lambda: self._stall_flush(broker)))
             self.nodes = Nodes(meta, layout, broker_id=config.broker_id, host=config.kafka_host,
                                port=self.listener.port, runtime=runtime)

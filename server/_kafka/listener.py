@@ -17,6 +17,15 @@ At most ``max_inflight`` requests of one connection are queued or running;
 the reader stops reading until one is answered (back-pressure through TCP,
 as Kafka's ``queued.max.requests``).
 
+A connection costs two threads, so they are bounded: past
+``max_connections`` a new one is closed at once (Kafka's
+``max.connections``; the client retries, or goes to another broker), and a
+connection that neither sends a byte nor takes one for ``max_idle_ms`` is
+closed (Kafka's ``connections.max.idle.ms``, 10 minutes): a client whose
+machine died without closing its sockets would otherwise hold them forever.
+Clients send something every few seconds (fetches, heartbeats) or close
+their own idle connections first (the Java client at 9 minutes).
+
 What is not a request closes the connection, as Kafka closes it: a size below
 8 or above ``max_frame_bytes`` (read no further: the stream cannot be
 resynchronized), a header that does not parse, an API or version not served.
@@ -50,17 +59,24 @@ the request with its framed response (None: no response)."""
 
 _CLOSE = object()
 
+DEFAULT_MAX_CONNECTIONS = 10_000
+DEFAULT_MAX_IDLE_MS = 600_000
+
 
 class KafkaListener:
     """Serves Kafka's protocol on ``host:port`` with ``handler`` (module docstring)."""
 
     def __init__(self, begin: Begin, *, host: str, port: int, max_frame_bytes: int, threads: int,
-                 max_inflight: int, metrics: LlogMetrics, stalls: ProduceStalls | None = None) -> None:
-        """``stalls``: told of each connection's produce requests begun and answered (``stalls.py``)."""
+                 max_inflight: int, metrics: LlogMetrics, stalls: ProduceStalls | None = None,
+                 max_connections: int = DEFAULT_MAX_CONNECTIONS, max_idle_ms: int = DEFAULT_MAX_IDLE_MS) -> None:
+        """``stalls``: told of each connection's produce requests begun and answered (``stalls.py``);
+        ``max_idle_ms`` 0: connections are never closed for idleness."""
         self._begin = begin
         self._stalls = stalls
         self._max_frame = max_frame_bytes
         self._max_inflight = max_inflight
+        self._max_connections = max_connections
+        self._idle_s = max_idle_ms / 1000 if max_idle_ms > 0 else None
         self._metrics = metrics
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="llog-kafka")
         self._sock = socket.create_server((host, port), backlog=128, reuse_port=False)
@@ -97,15 +113,26 @@ class KafkaListener:
                 sock, peer = self._sock.accept()
             except OSError:
                 return
+            with self._lock:
+                full = len(self._conns) >= self._max_connections
+            if full:
+                self._metrics.inc("kafka_connections_closed_total", reason="limit")
+                log.warning("kafka connection from %s:%s refused: %d connections open (LLOG_KAFKA_MAX_CONNECTIONS)",
+                            peer[0], peer[1], self._max_connections)
+                sock.close()
+                continue
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.settimeout(self._idle_s)  # a read or send with no progress for that long: idle, closed
             conn = _Connection(self, sock, f"{peer[0]}:{peer[1]}")
             with self._lock:
                 self._conns.add(conn)
+                self._metrics.set_gauge("kafka_connections", len(self._conns))
             conn.start()
 
     def _forget(self, conn: _Connection) -> None:
         with self._lock:
             self._conns.discard(conn)
+            self._metrics.set_gauge("kafka_connections", len(self._conns))
 
 
 
@@ -133,6 +160,12 @@ class _Connection:
         self.sock.close()
         self.listener._forget(self)
 
+    def _idle(self) -> None:
+        if not self._closed.is_set():
+            self.listener._metrics.inc("kafka_connections_closed_total", reason="idle")
+            log.info("kafka connection %s: idle for %.0f s: closing", self.peer, self.listener._idle_s)
+            self.close()
+
     def _read_exactly(self, n: int) -> bytes | None:
         """``n`` bytes, None at the end of the stream (the buffered reader fills one ``bytes``
         of ``n`` for a large read, and saves system calls on small frames)."""
@@ -159,6 +192,8 @@ class _Connection:
                 if answer is None:
                     break
                 self.answers.put(answer)  # blocks at max_inflight: back-pressure
+        except TimeoutError:
+            self._idle()
         except (OSError, ValueError):  # ValueError: the file was closed under the read
             pass
         finally:
@@ -203,6 +238,8 @@ class _Connection:
                     break
                 if data is not None and not self._closed.is_set():
                     send_parts(self.sock, data)
+        except TimeoutError:
+            self._idle()
         except OSError:
             pass
         finally:

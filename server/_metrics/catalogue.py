@@ -65,6 +65,8 @@ _KAFKA = (
     _c("kafka_protocol_errors_total", "Kafka connections closed for a frame that is not a request, by reason",
        "reason"),
     _g("kafka_connections", "Kafka client connections open now"),
+    _c("kafka_connections_closed_total", "Kafka connections the broker closed: idle past "
+       "LLOG_KAFKA_CONNECTIONS_MAX_IDLE_MS, or refused past LLOG_KAFKA_MAX_CONNECTIONS (limit)", "reason"),
     _c("kafka_stall_flushes_total", "Flushes started at once because every producing Kafka connection had 5 "
        "produce requests waiting (no more bytes could come)"),
     _c("kafka_fetches_total", "Kafka fetches by session kind (KIP-227): sessionless, opened (a full fetch opening "

@@ -541,3 +541,61 @@ def test_kafka_streams_internal_topic_configs_are_accepted_kept_and_described(ka
     with pytest.raises(InvalidConfigurationError, match="segment.byte"):
         admin.create_topics([NewTopic("typo", 1, 1, topic_configs={"segment.byte": "1"})], raise_errors=True)
     admin.close()
+
+
+def _api_versions_answered(s: socket.socket, correlation: int) -> bool:
+    answer = _request(s, _encoded(ApiVersionsRequest[0](), 0, correlation))
+    return struct.unpack_from(">ih", answer) == (correlation, 0)
+
+
+def _gauge(broker, name: str) -> float:
+    return broker.metrics.snapshot()["gauges"].get(name, {}).get("", 0)
+
+
+def _closed_by_broker(s: socket.socket) -> bool:
+    """The broker closed ``s``: a read ends (the test's socket timeout, 5 s, fails it otherwise)."""
+    try:
+        return s.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+def test_an_idle_connection_is_closed_and_a_busy_one_kept() -> None:
+    with Cluster() as cluster:
+        broker = cluster.broker(kafka_port=0, kafka_connections_max_idle_ms=300)
+        front = KafkaFront(broker, cluster.meta)
+        try:
+            bootstrap = f"127.0.0.1:{front.port}"
+            idle, busy = _connect(bootstrap), _connect(bootstrap)
+            assert _api_versions_answered(idle, 1)
+            for i in range(10):  # 1 s of requests every 100 ms: never 300 ms without a byte
+                assert _api_versions_answered(busy, 10 + i)
+                time.sleep(0.1)  # the client's own pace, not a synchronisation
+            assert _closed_by_broker(idle)
+            assert _api_versions_answered(busy, 99)
+            assert broker.metrics.snapshot()["counters"]["kafka_connections_closed_total"] == {"reason=idle": 1.0}
+            busy.close()
+        finally:
+            front.close()
+
+
+def test_a_connection_past_the_limit_is_closed_and_a_freed_slot_serves_again() -> None:
+    with Cluster() as cluster:
+        broker = cluster.broker(kafka_port=0, kafka_max_connections=2)
+        front = KafkaFront(broker, cluster.meta)
+        try:
+            bootstrap = f"127.0.0.1:{front.port}"
+            first, second = _connect(bootstrap), _connect(bootstrap)
+            assert _api_versions_answered(first, 1) and _api_versions_answered(second, 2)
+            third = _connect(bootstrap)
+            assert _closed_by_broker(third)
+            assert _gauge(broker, "kafka_connections") == 2
+            first.close()
+            assert _wait_until(lambda: _gauge(broker, "kafka_connections") == 1)
+            fourth = _connect(bootstrap)
+            assert _api_versions_answered(fourth, 3)
+            assert counter(broker, "kafka_connections_closed_total") == 1
+            for s in (second, third, fourth):
+                s.close()
+        finally:
+            front.close()
