@@ -78,7 +78,9 @@ class Unit:
             return self.format_scaled(0.0, suffix, 0)
         scaled = base / size
         digits = 0 if scaled == 0 else int(math.floor(math.log10(abs(scaled))))
-        return self.format_scaled(scaled, suffix, max(0, min(4, 2 - digits)))
+        # Below the ladder's smallest rung the decimals grow, so three digits still show (a request
+        # cost of $0.0000412 is not $0.0000); 12 places reach a picodollar, past that is zero.
+        return self.format_scaled(scaled, suffix, max(0, min(12, 2 - digits)))
 
 
 def _table() -> dict[str, Unit]:

@@ -117,6 +117,8 @@ def test_at_most_max_series_are_drawn_largest_peaks_first() -> None:
     ("percent", 99.5, "99.5%"),
     ("currencyUSD", 1234, "$1.23K"),
     ("currencyUSD", 0.0123, "$0.0123"),
+    ("currencyUSD", 0.0000412, "$0.0000412"),  # a few requests' cost: three digits, not $0.0000
+    ("s", 2e-10, "0.200 ns"),
     ("short", 2_000_000, "2.00 Mil"),
     ("s", 0, "0 s"),
     ("furlongs", 7, "7.00"),
