@@ -28,6 +28,7 @@ from ._binaries import (
     file_lock,
 )
 from ._oxia import OxiaCluster, OxiaServerPorts, OxiaStandalone, shard_leaders
+from ._gobuild import GoBuildError, ensure_go_binary, ensure_go_module_binary, kafka_go_clients
 from ._jars import ensure_jars, java, kafka_connect_classpath, kafka_tools_classpath, spark_kafka_jars
 from ._process import ManagedProcess, StackError, die_with_parent_argv, free_ports
 from ._prometheus import PrometheusQueryError, PrometheusServer, ScrapeTarget, query, query_range
@@ -50,6 +51,10 @@ __all__ = [
     "kafka_tools_classpath",
     "spark_kafka_jars",
     "file_lock",
+    "GoBuildError",
+    "ensure_go_binary",
+    "ensure_go_module_binary",
+    "kafka_go_clients",
     "LocalStack",
     "StackSettings",
     "StackState",

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from loadtest._common import stack_env
-from loadtest._harness.gobuild import ensure_go_binary
+from devstack import ensure_go_binary
 
 PROXY_SOURCE = Path(__file__).resolve().parent / "s3_latency_proxy.go"
 MIB = 1 << 20

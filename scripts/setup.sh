@@ -6,7 +6,8 @@
 #   2. creates the virtualenv $CACHE/venv-<sha256(requirements.txt)[:12]>,
 #      holding only the dependencies (the repo is found via PYTHONPATH, so one
 #      venv serves every clone with the same requirements.txt);
-#   3. builds Oxia and the S3 server into $CACHE/bin (python -m devstack install).
+#   3. builds Oxia and the S3 server into $CACHE/bin, fetches the Kafka tools' jars
+#      and builds the Go Kafka clients' test program (python -m devstack install).
 #
 # CACHE is ${LLOG_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/llog}. Progress
 # goes to stderr; the only line on stdout is the venv's python, so

@@ -29,7 +29,7 @@ from typing import Any, Callable
 from devstack import die_with_parent_argv
 from server._errors import ConfigError
 
-from .gobuild import GoBuildError, ensure_go_binary, source_key
+from devstack._gobuild import GoBuildError, ensure_go_binary, source_key
 
 __all__ = [
     "HAMMER_SOURCE",

@@ -12,7 +12,7 @@ from typing import Iterator
 import pytest
 
 from devstack import cache_dir
-from loadtest._harness import gobuild
+from devstack import _gobuild as gobuild
 from loadtest._harness.hammer import HAMMER_SOURCE, HammerConfig, ensure_hammer, hammer_config_for, hammer_key
 from server._errors import ConfigError
 

@@ -1,8 +1,11 @@
-"""Building a single-file, standard-library Go program of loadtest/ into the per-user cache.
+"""Building the repository's own Go programs into the per-user cache.
 
-``ensure_go_binary(source, name)`` returns ``$LLOG_CACHE_DIR/bin/<name>-<key>``,
-building it with the machine's Go on first use; the key hashes the source and
-the Go version, so an edited source gets its own binary. Builds are serialised
+``ensure_go_binary(source, name)`` (a single-file, standard-library program of
+``loadtest/``) and ``ensure_go_module_binary(directory, name)`` (a module with
+its ``go.mod`` and ``go.sum``, whose dependencies come from the Go module proxy)
+return ``$LLOG_CACHE_DIR/bin/<name>-<key>``, building it with the machine's Go
+on first use; the key hashes the sources and the Go version, so an edited
+source gets its own binary. Builds are serialised
 by a file lock (two runs starting at once build once), use ``GOTOOLCHAIN=local``
 (never download a toolchain) and ``CGO_ENABLED=0`` (a static binary).
 """
@@ -18,10 +21,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from devstack import cache_dir, file_lock
+from ._binaries import cache_dir, file_lock
 from server._errors import ConfigError
 
-__all__ = ["GoBuildError", "ensure_go_binary", "source_key"]
+__all__ = ["GoBuildError", "ensure_go_binary", "ensure_go_module_binary", "kafka_go_clients", "source_key"]
+
+KAFKA_GO_CLIENTS = Path(__file__).resolve().parents[1] / "tests" / "integration" / "go" / "kafkaclients"
+"""franz-go and Sarama against the Kafka listener (``tests/integration/test_kafka_go_clients.py``)."""
 
 _GO_FALLBACK = Path("/usr/local/go/bin/go")
 
@@ -55,11 +61,12 @@ def _find_go(source: Path) -> str:
     return go
 
 
-def _go_env() -> dict[str, str]:
+def _go_env(goflags: str = "") -> dict[str, str]:
     gocache = os.environ.get("GOCACHE") or str(cache_dir() / "go-build")
     # GOTOOLCHAIN=local: never download another toolchain; CGO_ENABLED=0: a static
-    # binary (the pure-Go resolver is all it needs); GOFLAGS cleared: a stdlib-only file.
-    return dict(os.environ, GOCACHE=gocache, GOTOOLCHAIN="local", CGO_ENABLED="0", GOFLAGS="")
+    # binary (the pure-Go resolver is all it needs); GOFLAGS: none for a stdlib-only file,
+    # -mod=readonly for a module (its go.sum pins every dependency; nothing is rewritten).
+    return dict(os.environ, GOCACHE=gocache, GOTOOLCHAIN="local", CGO_ENABLED="0", GOFLAGS=goflags)
 
 
 def _go_version(go: str) -> str:
@@ -84,6 +91,45 @@ def ensure_go_binary(source: Path, name: str) -> Path:
             return target
         _build(go, code, source.name, target, directory / f"{name}.build.log")
     return target
+
+
+def ensure_go_module_binary(directory: Path, name: str) -> Path:
+    """The cached binary of the Go module in ``directory`` (``<name>-<key>``, the key over its
+    ``go.mod``, ``go.sum`` and ``*.go`` files), built on first use; its dependencies come from
+    the Go module proxy into the machine's module cache."""
+    files = sorted(p for p in directory.iterdir() if p.name in ("go.mod", "go.sum") or p.suffix == ".go")
+    code = b"".join(p.name.encode() + b"\x00" + p.read_bytes() + b"\x00" for p in files)
+    go = _find_go(directory)
+    bin_dir = cache_dir() / "bin"
+    target = bin_dir / f"{name}-{source_key(code, _go_version(go))}"
+    if os.access(target, os.X_OK):
+        return target
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    with file_lock(bin_dir / f".{name}.lock", name):
+        if os.access(target, os.X_OK):
+            return target
+        _progress(f"building {target.name} with {go} (its modules from the Go module proxy) ...")
+        started = time.monotonic()
+        tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
+        build_log = bin_dir / f"{name}.build.log"
+        argv = [go, "build", "-trimpath", "-o", str(tmp), "."]
+        with open(build_log, "w") as log:
+            log.write(f"$ (cd {directory} && {' '.join(argv)})\n")
+            log.flush()
+            result = subprocess.run(argv, cwd=directory, env=_go_env("-mod=readonly"), stdout=log,
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, check=False)
+        if result.returncode != 0:
+            tmp.unlink(missing_ok=True)
+            tail = "\n".join(build_log.read_text(errors="replace").splitlines()[-30:])
+            raise GoBuildError(f"go build of {directory} failed (exit {result.returncode}); {build_log}:\n{tail}")
+        os.replace(tmp, target)
+        _progress(f"built {target} in {time.monotonic() - started:.1f}s")
+    return target
+
+
+def kafka_go_clients() -> Path:
+    """The compatibility tests' Go program (franz-go and Sarama), built on first use."""
+    return ensure_go_module_binary(KAFKA_GO_CLIENTS, "kafkaclients")
 
 
 def _build(go: str, code: bytes, filename: str, target: Path, build_log: Path) -> None:
