@@ -29,6 +29,7 @@ from ._binaries import (
 )
 from ._oxia import OxiaCluster, OxiaServerPorts, OxiaStandalone, shard_leaders
 from ._gobuild import GoBuildError, ensure_go_binary, ensure_go_module_binary, kafka_go_clients
+from ._node import kafkajs_program, node
 from ._jars import ensure_jars, java, kafka_connect_classpath, kafka_tools_classpath, spark_kafka_jars
 from ._process import ManagedProcess, StackError, die_with_parent_argv, free_ports
 from ._prometheus import PrometheusQueryError, PrometheusServer, ScrapeTarget, query, query_range
@@ -55,6 +56,8 @@ __all__ = [
     "ensure_go_binary",
     "ensure_go_module_binary",
     "kafka_go_clients",
+    "kafkajs_program",
+    "node",
     "LocalStack",
     "StackSettings",
     "StackState",

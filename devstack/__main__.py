@@ -25,6 +25,7 @@ from server._errors import LlogError
 from ._binaries import S3_KINDS, ensure_oxia, ensure_prometheus, ensure_s3_server
 from ._gobuild import GoBuildError, kafka_go_clients
 from ._jars import JARS, ensure_jars
+from ._node import kafkajs_program
 from ._process import StackError, free_ports
 from ._prometheus import DEFAULT_METRICS_PATH, PrometheusServer, ScrapeTarget
 from ._stack import OXIA_MODES, LocalStack, StackSettings, default_s3_kind, read_state, stop_from_state
@@ -54,10 +55,11 @@ def _cmd_install(args: argparse.Namespace) -> int:
             ensure_jars(name)
         except StackError as exc:  # only the Kafka compatibility tests and steps need them
             _say("WARNING: %s", exc)
-    try:
-        kafka_go_clients()
-    except (GoBuildError, LlogError) as exc:  # only the Go clients' compatibility test needs it
-        _say("WARNING: %s", exc)
+    for program in (kafka_go_clients, kafkajs_program):
+        try:
+            program()
+        except (GoBuildError, LlogError) as exc:  # only the Go and Node clients' compatibility tests need them
+            _say("WARNING: %s", exc)
     return 0
 
 
@@ -186,7 +188,7 @@ def _parser() -> argparse.ArgumentParser:
         return p
 
     install = sub.add_parser("install", help="build the Oxia and S3 server binaries, fetch the Kafka tools' jars and "
-                                            "build the Go Kafka clients' test program, into the cache")
+                                            "build the Go and Node.js Kafka clients' test programs, into the cache")
     install.add_argument("--s3", choices=S3_KINDS, help="S3 server to build (default: $LLOG_DEVSTACK_S3 or minio)")
     install.add_argument("--all", action="store_true", help="build every S3 server kind")
     install.add_argument("--prometheus", action="store_true",
