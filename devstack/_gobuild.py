@@ -27,7 +27,7 @@ from server._errors import ConfigError
 __all__ = ["GoBuildError", "ensure_go_binary", "ensure_go_module_binary", "kafka_go_clients", "source_key"]
 
 KAFKA_GO_CLIENTS = Path(__file__).resolve().parents[1] / "tests" / "integration" / "go" / "kafkaclients"
-"""franz-go and Sarama against the Kafka listener (``tests/integration/test_kafka_go_clients.py``)."""
+"""franz-go, Sarama and kafka-go against the Kafka listener (``tests/integration/test_kafka_go_clients.py``)."""
 
 _GO_FALLBACK = Path("/usr/local/go/bin/go")
 
@@ -128,7 +128,7 @@ def ensure_go_module_binary(directory: Path, name: str) -> Path:
 
 
 def kafka_go_clients() -> Path:
-    """The compatibility tests' Go program (franz-go and Sarama), built on first use."""
+    """The compatibility tests' Go program (franz-go, Sarama, kafka-go), built on first use."""
     return ensure_go_module_binary(KAFKA_GO_CLIENTS, "kafkaclients")
 
 

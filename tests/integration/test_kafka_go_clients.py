@@ -1,6 +1,7 @@
-"""Go's two most used Kafka clients, franz-go (kgo, and kadm, its admin client) and Sarama
-(at its default protocol version, 2.1: older encodings), against llog's Kafka listener on
-real Oxia + MinIO: an idempotent acks=all producer with every compression, a reader of
+"""Go's most used Kafka clients, franz-go (kgo, and kadm, its admin client), Sarama (at its
+default protocol version, 2.1: older encodings) and segmentio/kafka-go (its own protocol
+code; no idempotent producer), against llog's Kafka listener on real Oxia + MinIO: an
+acks=all producer (idempotent where the client has one) with every compression, a reader of
 every partition from the start, a consumer group that commits and a second member that
 resumes from the commit; then kadm's lag, end offsets and log dirs, and the same records
 through ``/consume``.
@@ -27,7 +28,7 @@ def listener(session_broker):
                           LLOG_KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS="0")
 
 
-@pytest.mark.parametrize("client", ["franz", "sarama"])
+@pytest.mark.parametrize("client", ["franz", "sarama", "segmentio"])
 def test_a_go_client_produces_reads_and_resumes_a_group(listener, unique_topic, client):
     assert listener.client.request("POST", "/topics", {"name": unique_topic, "partitions": PARTITIONS}).status == 201
     done = subprocess.run([str(kafka_go_clients()), client, listener.kafka, unique_topic, f"{unique_topic}-g",

@@ -1,9 +1,10 @@
-// Command kafkaclients runs Go's two most used Kafka clients, franz-go and Sarama,
-// against a Kafka listener: an idempotent acks=all producer (every compression),
+// Command kafkaclients runs Go's most used Kafka clients, franz-go, Sarama and
+// segmentio/kafka-go, against a Kafka listener: an acks=all producer (idempotent
+// where the client has one) with every compression,
 // a reader of every partition from the start, a consumer group that commits,
 // and a second member of that group that resumes from the commit.
 //
-//	kafkaclients franz|sarama BOOTSTRAP TOPIC GROUP RECORDS
+//	kafkaclients franz|sarama|segmentio BOOTSTRAP TOPIC GROUP RECORDS
 //
 // It prints one JSON object: what each step saw (values read, in any order).
 // The test (tests/integration/test_kafka_go_clients.py) checks it; this
@@ -47,7 +48,7 @@ const readTimeout = 60 * time.Second
 
 func main() {
 	if len(os.Args) != 6 {
-		fmt.Fprintln(os.Stderr, "usage: kafkaclients franz|sarama BOOTSTRAP TOPIC GROUP RECORDS")
+		fmt.Fprintln(os.Stderr, "usage: kafkaclients franz|sarama|segmentio BOOTSTRAP TOPIC GROUP RECORDS")
 		os.Exit(2)
 	}
 	client, bootstrap, topic, group := os.Args[1], os.Args[2], os.Args[3], os.Args[4]
@@ -62,8 +63,10 @@ func main() {
 		run = runFranz
 	case "sarama":
 		run = runSarama
+	case "segmentio":
+		run = runSegmentio
 	default:
-		fmt.Fprintf(os.Stderr, "unknown client %q: franz or sarama\n", client)
+		fmt.Fprintf(os.Stderr, "unknown client %q: franz, sarama or segmentio\n", client)
 		os.Exit(2)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
