@@ -43,7 +43,9 @@ class KafkaServer:
             "transaction.state.log.min.isr=1", "group.initial.rebalance.delay.ms=0", "num.partitions=1", "",
         ]))
         cp = kafka_tools_classpath()
-        cluster = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        cluster = "-"
+        while cluster.startswith("-"):  # as Kafka's Uuid.randomUuid: a leading '-' reads as an option
+            cluster = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         subprocess.run([java(), "-cp", cp, "kafka.tools.StorageTool", "format", "--standalone", "-t", cluster,
                         "-c", str(props)], check=True, capture_output=True, timeout=120)
         self._log = open(workdir / "kafka.log", "wb")
