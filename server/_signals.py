@@ -13,10 +13,14 @@ signal.
 
 from __future__ import annotations
 
+import logging
+import os
+import sys
 import threading
 import time
+from typing import NoReturn
 
-SLICE_S = 0.25
+SLICE_S = 0.05
 """How long the main thread may block before it looks at pending signals."""
 
 
@@ -30,3 +34,17 @@ def wait_for_stop(stop: threading.Event, timeout_s: float | None = None) -> bool
             return stop.is_set()
         if stop.wait(left):
             return True
+
+
+def exit_process(code: int) -> NoReturn:
+    """End a server's process once it has closed what it opened: flush the logs and the
+    standard streams, then leave without the interpreter's teardown, whose final garbage
+    collection of every module took 0.3 s of each broker's stop and had nothing left to
+    close. Only for a ``__main__``: it ends the process, not the call."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe: nobody reads it any more
+            pass
+    os._exit(code)

@@ -12,13 +12,12 @@ and is the entry point.
 
 from __future__ import annotations
 
-import sys
-
 from ._broker.broker import Broker
 from ._broker.cli import main, parse_args, serve
 from ._broker.http import BrokerHTTPServer, Response
+from ._signals import exit_process
 
 __all__ = ["Broker", "BrokerHTTPServer", "Response", "main", "parse_args", "serve"]
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

@@ -10,13 +10,12 @@ module re-exports its public names and is the entry point.
 
 from __future__ import annotations
 
-import sys
-
 from ._compaction.cli import config_from_args, main, parse_args
 from ._compaction.service import CompactorService
 from ._compaction.tasks import TaskOutcome, TaskResult
+from ._signals import exit_process
 
 __all__ = ["CompactorService", "TaskOutcome", "TaskResult", "main", "parse_args", "config_from_args"]
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

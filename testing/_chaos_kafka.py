@@ -8,7 +8,10 @@ Metadata, pipeline requests, retry on their own through broker kills and
 pauses, and re-initialize their producer id when they must. Each message is
 one batch of the history:
 
-- delivered: acknowledged at Kafka's offset + 1 (llog's offset);
+- delivered: acknowledged at Kafka's offset + 1 (llog's offset); delivered
+  without an offset (a retry answered DUPLICATE_SEQUENCE_NUMBER: its first
+  copy is older than the producer's last 5 batches): unknown, as the HTTP
+  producers count a duplicate too old to have offsets;
 - an error in its delivery report (a timeout, a fatal error): unknown, as
   librdkafka cannot say whether a timed-out message was written;
 - still queued when the run ends and flushing gives up: unknown.
@@ -88,9 +91,14 @@ class KafkaClientProducer(Producer):
 
         def delivered(err: Any, msg: Any) -> None:
             answered_s = self._history.now_s()
-            if err is None:
-                batch = ProducedBatch(batch_id, self._cluster.topic, partition, (value,), OK, msg.offset() + 1,
+            offset = msg.offset()
+            if err is None and offset is not None and offset >= 0:
+                batch = ProducedBatch(batch_id, self._cluster.topic, partition, (value,), OK, offset + 1,
                                       "delivered", sent_s, answered_s, idempotent=True)
+            elif err is None:  # DUPLICATE_SEQUENCE_NUMBER: stored before, too long ago to have its offset
+                batch = ProducedBatch(batch_id, self._cluster.topic, partition, (value,), UNKNOWN, None,
+                                      "librdkafka delivered a duplicate without an offset", sent_s, answered_s,
+                                      idempotent=True)
             else:
                 if err.fatal():
                     with self._lock:
