@@ -87,7 +87,8 @@ def serve(config: BrokerConfig, env: Mapping[str, str], stop: threading.Event) -
         server.server_close()
         broker.close()
         raise
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, name="llog-broker-http")
+    # serve_forever looks for a shutdown every poll_interval: a stop waits for it.
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, name="llog-broker-http")
     thread.start()
     try:
         # One machine-readable line on stdout: how tests and scripts learn the

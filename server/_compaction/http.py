@@ -43,7 +43,7 @@ def serve(
     server = ThreadingHTTPServer((host, port), Handler)
     server.daemon_threads = True
     thread = threading.Thread(
-        target=server.serve_forever, kwargs={"poll_interval": 0.2}, name="llog-compactor-http", daemon=True,
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, name="llog-compactor-http", daemon=True,
     )
     thread.start()
     return server, thread
