@@ -4,7 +4,7 @@ code; no idempotent producer), against llog's Kafka listener on real Oxia + MinI
 acks=all producer (idempotent where the client has one) with every compression, a reader of
 every partition from the start, a consumer group that commits and a second member that
 resumes from the commit; then kadm's lag, end offsets and log dirs, and the same records
-through ``/consume``.
+through ``/consume``. The three clients run at once, each on its own topic and group.
 
 The program is ``tests/integration/go/kafkaclients`` (its modules from the Go module
 proxy, built into the cache by ``devstack install``)."""
@@ -20,6 +20,7 @@ from devstack import kafka_go_clients
 
 RECORDS = 100
 PARTITIONS = 4
+CLIENTS = ("franz", "sarama", "segmentio")
 
 
 @pytest.fixture
@@ -28,20 +29,28 @@ def listener(session_broker):
                           LLOG_KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS="0")
 
 
-@pytest.mark.parametrize("client", ["franz", "sarama", "segmentio"])
-def test_a_go_client_produces_reads_and_resumes_a_group(listener, unique_topic, client):
-    assert listener.client.request("POST", "/topics", {"name": unique_topic, "partitions": PARTITIONS}).status == 201
-    done = subprocess.run([str(kafka_go_clients()), client, listener.kafka, unique_topic, f"{unique_topic}-g",
-                           str(RECORDS)], capture_output=True, text=True, timeout=300, check=False)
-    assert done.returncode == 0, f"{done.stderr[-3000:]}\n{listener.log_tail(30)}"
-    report = json.loads(done.stdout)
+def test_go_clients_produce_read_and_resume_a_group(listener, unique_topic):
+    program = str(kafka_go_clients())
+    runs = {}
+    for client in CLIENTS:
+        topic = f"{unique_topic}-{client}"
+        assert listener.client.request("POST", "/topics", {"name": topic, "partitions": PARTITIONS}).status == 201
+        runs[client] = (topic, subprocess.Popen([program, client, listener.kafka, topic, f"{topic}-g", str(RECORDS)],
+                                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    for client, (topic, proc) in runs.items():
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, f"{client}: {err[-3000:]}\n{listener.log_tail(30)}"
+        _check(client, topic, json.loads(out), listener)
+
+
+def _check(client: str, topic: str, report: dict, listener) -> None:
     produced, again = report["produced"], report["produced_two"]
-    assert len(produced) == RECORDS and len(again) == 10
-    assert sorted(report["assigned"]) == sorted(produced)  # every record once, from the start
-    assert sorted(report["group"]) == sorted(produced)
-    assert sorted(report["resumed"]) == sorted(again)  # from the group's commits, nothing read twice
-    stored = [value for p in range(PARTITIONS) for _, value in listener.client.consume_all(unique_topic, p)]
-    assert sorted(v.decode() for v in stored) == sorted(produced + again)  # in the log once each
+    assert len(produced) == RECORDS and len(again) == 10, client
+    assert sorted(report["assigned"]) == sorted(produced), client  # every record once, from the start
+    assert sorted(report["group"]) == sorted(produced), client
+    assert sorted(report["resumed"]) == sorted(again), client  # from the group's commits, nothing read twice
+    stored = [value for p in range(PARTITIONS) for _, value in listener.client.consume_all(topic, p)]
+    assert sorted(v.decode() for v in stored) == sorted(produced + again), client  # in the log once each
     if client == "franz":
         admin = report["admin"]
         assert (admin["group_state"], admin["lag"], admin["end_offsets"]) == ("Empty", 0, RECORDS + 10)
