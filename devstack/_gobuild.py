@@ -20,6 +20,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 from ._binaries import cache_dir, file_lock
 from server._errors import ConfigError
@@ -81,16 +82,7 @@ def ensure_go_binary(source: Path, name: str) -> Path:
     """The cached binary of ``source`` (``<name>-<key>``), built on first use."""
     code = source.read_bytes()
     go = _find_go(source)
-    directory = cache_dir() / "bin"
-    target = directory / f"{name}-{source_key(code, _go_version(go))}"
-    if os.access(target, os.X_OK):
-        return target
-    directory.mkdir(parents=True, exist_ok=True)
-    with file_lock(directory / f".{name}.lock", name):
-        if os.access(target, os.X_OK):  # another process built it while we waited
-            return target
-        _build(go, code, source.name, target, directory / f"{name}.build.log")
-    return target
+    return _cached(name, code, go, lambda target, log: _build(go, code, source.name, target, log))
 
 
 def ensure_go_module_binary(directory: Path, name: str) -> Path:
@@ -100,31 +92,8 @@ def ensure_go_module_binary(directory: Path, name: str) -> Path:
     files = sorted(p for p in directory.iterdir() if p.name in ("go.mod", "go.sum") or p.suffix == ".go")
     code = b"".join(p.name.encode() + b"\x00" + p.read_bytes() + b"\x00" for p in files)
     go = _find_go(directory)
-    bin_dir = cache_dir() / "bin"
-    target = bin_dir / f"{name}-{source_key(code, _go_version(go))}"
-    if os.access(target, os.X_OK):
-        return target
-    bin_dir.mkdir(parents=True, exist_ok=True)
-    with file_lock(bin_dir / f".{name}.lock", name):
-        if os.access(target, os.X_OK):
-            return target
-        _progress(f"building {target.name} with {go} (its modules from the Go module proxy) ...")
-        started = time.monotonic()
-        tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
-        build_log = bin_dir / f"{name}.build.log"
-        argv = [go, "build", "-trimpath", "-o", str(tmp), "."]
-        with open(build_log, "w") as log:
-            log.write(f"$ (cd {directory} && {' '.join(argv)})\n")
-            log.flush()
-            result = subprocess.run(argv, cwd=directory, env=_go_env("-mod=readonly"), stdout=log,
-                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, check=False)
-        if result.returncode != 0:
-            tmp.unlink(missing_ok=True)
-            tail = "\n".join(build_log.read_text(errors="replace").splitlines()[-30:])
-            raise GoBuildError(f"go build of {directory} failed (exit {result.returncode}); {build_log}:\n{tail}")
-        os.replace(tmp, target)
-        _progress(f"built {target} in {time.monotonic() - started:.1f}s")
-    return target
+    return _cached(name, code, go, lambda target, log: _go_build(
+        go, ["."], directory, "-mod=readonly", target, log, str(directory)))
 
 
 def kafka_go_clients() -> Path:
@@ -132,22 +101,43 @@ def kafka_go_clients() -> Path:
     return ensure_go_module_binary(KAFKA_GO_CLIENTS, "kafkaclients")
 
 
+def _cached(name: str, code: bytes, go: str, build: Callable[[Path, Path], None]) -> Path:
+    """``$LLOG_CACHE_DIR/bin/<name>-<key>``, ``build(target, build_log)`` run once under a file lock
+    when it is not there yet (two runs starting at once build once)."""
+    directory = cache_dir() / "bin"
+    target = directory / f"{name}-{source_key(code, _go_version(go))}"
+    if os.access(target, os.X_OK):
+        return target
+    directory.mkdir(parents=True, exist_ok=True)
+    with file_lock(directory / f".{name}.lock", name):
+        if not os.access(target, os.X_OK):  # another process may have built it while we waited
+            build(target, directory / f"{name}.build.log")
+    return target
+
+
 def _build(go: str, code: bytes, filename: str, target: Path, build_log: Path) -> None:
-    _progress(f"building {target.name} with {go} ...")
-    started = time.monotonic()
-    tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
+    """A single-file program: built from a copy in a temporary directory."""
     with tempfile.TemporaryDirectory(prefix="llog-go-src-") as src:
         main = Path(src) / filename
         main.write_bytes(code)
-        argv = [go, "build", "-trimpath", "-o", str(tmp), str(main)]
-        with open(build_log, "w") as log:
-            log.write(f"$ (cd {src} && {' '.join(argv)})\n")
-            log.flush()
-            result = subprocess.run(argv, cwd=src, env=_go_env(), stdout=log, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, check=False)
+        _go_build(go, [str(main)], Path(src), "", target, build_log, filename)
+
+
+def _go_build(go: str, what_to_build: list[str], cwd: Path, goflags: str, target: Path, build_log: Path,
+              what: str) -> None:
+    """``go build`` into a temporary name, then renamed over ``target``; its output in ``build_log``."""
+    _progress(f"building {target.name} with {go} ...")
+    started = time.monotonic()
+    tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
+    argv = [go, "build", "-trimpath", "-o", str(tmp), *what_to_build]
+    with open(build_log, "w") as log:
+        log.write(f"$ (cd {cwd} && {' '.join(argv)})\n")
+        log.flush()
+        result = subprocess.run(argv, cwd=cwd, env=_go_env(goflags), stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, check=False)
     if result.returncode != 0:
         tmp.unlink(missing_ok=True)
         tail = "\n".join(build_log.read_text(errors="replace").splitlines()[-30:])
-        raise GoBuildError(f"go build of {filename} failed (exit {result.returncode}); {build_log}:\n{tail}")
+        raise GoBuildError(f"go build of {what} failed (exit {result.returncode}); {build_log}:\n{tail}")
     os.replace(tmp, target)
     _progress(f"built {target} in {time.monotonic() - started:.1f}s")
