@@ -30,16 +30,26 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "integration: needs the local Oxia + S3 stack (started once per session)")
     config.addinivalue_line("markers", "slow: takes well over ten seconds")
+    config.addinivalue_line(
+        "markers", "exclusive: loads the machine or prints rates, so it runs alone (run_tests.sh runs it last)")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # Anything under tests/integration or using the stack is an integration
     # test, so `-m "not integration"` selects exactly the stack-free tests.
+    # Integration tests that share the machine (not `exclusive`) are grouped
+    # for `pytest-xdist --dist loadgroup`: a module's tests stay on one worker,
+    # so its module fixtures start once, and every test of the one SparkSession
+    # (the `spark` fixture) on one worker, so one JVM starts.
     integration_dir = REPO_ROOT / "tests" / "integration"
     for item in items:
         in_dir = integration_dir in Path(str(item.fspath)).parents
-        if in_dir or "stack" in getattr(item, "fixturenames", ()):
+        fixtures = getattr(item, "fixturenames", ())
+        if in_dir or "stack" in fixtures:
             item.add_marker(pytest.mark.integration)
+            if item.get_closest_marker("exclusive") is None:
+                group = "spark" if "spark" in fixtures else Path(str(item.fspath)).stem
+                item.add_marker(pytest.mark.xdist_group(group))
 
 
 def new_root_prefix() -> str:

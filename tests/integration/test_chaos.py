@@ -30,7 +30,7 @@ import pytest
 
 from testing.chaos import ChaosOptions, ChaosReport, run
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.exclusive]
 
 
 def _assert_progress_in_both_halves(report: ChaosReport) -> None:

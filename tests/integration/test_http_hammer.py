@@ -22,6 +22,7 @@ from tests._waiting import wait_until
 
 from .conftest import BrokerFactory, BrokerProcess
 
+pytestmark = [pytest.mark.integration, pytest.mark.exclusive]
 TOPIC = "lt"
 SEED = 7
 TIMESTAMPED = re.compile(rb"^[0-9a-f]{16}\|")

@@ -21,7 +21,7 @@ import pytest
 
 from devstack._process import pid_alive
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.exclusive]
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = (
     "resolved-config.json", "stack.json", "git.json", "environment.json", "routing-manifest.json",

@@ -25,7 +25,7 @@ from devstack import PrometheusServer, ensure_prometheus, free_ports
 
 pytest.importorskip("pyspark")
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.exclusive]
 REPO = Path(__file__).resolve().parents[2]
 ROWS = 2000
 PANELS_WITH_DATA = ("Produce and commit rate", "Produce and consume MB/s", "Processes up", "Compacted MB/s")

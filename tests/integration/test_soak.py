@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.exclusive]
 REPO = Path(__file__).resolve().parents[2]
 MIB = 1024 * 1024
 
