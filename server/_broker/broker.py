@@ -12,6 +12,8 @@ point (flags, ``serve``, ``main``) is ``cli.py``. Routes (the contract is in
     POST /producers           role write or both: an idempotent producer's id and epoch
     GET, POST /groups/...     consumer groups' committed offsets (``groups_route.py``)
     POST /consume             role read or both
+    /topics, /topics/{name}   the topic catalogue (``topics.py``)
+    POST /topics/{name}/delete-records   move log starts (``delete_records_route.py``)
 
 Built from parts: ``Broker(config, producer=..., reader=..., cache=...,
 metrics=...)`` (what the unit tests do, over the in-memory stores), or
@@ -47,6 +49,7 @@ from .._catalogue.topic_config import TopicDefaults
 from .._protocol.keys import LogLayout, TopicPartition
 from .._protocol.structs import AppendResult, SharedAppendGroup
 from .._storage.billing import S3Billing, S3Prices
+from .._storage.metastore import MetadataStore
 from .._storage.stores import Stores
 from .._metrics import PRESENT_AT_START, LlogMetrics
 from .._runtime import REAL_RUNTIME, Runtime
@@ -66,8 +69,10 @@ from .._protocol.outcomes import (
 )
 from .._protocol.produce_binary import parse_produce_body
 from .answers import answers_errors
+from .delete_records_route import delete_records_route
 from .groups_route import groups_route
 from .producers_route import producers_route
+from .record_deletion import RecordDeletion
 from .._groups.offsets import GroupOffsets
 from .._log.producer_ids import ProducerIds
 from .topics import BrokerTopics
@@ -118,6 +123,7 @@ class Broker:
         topics: BrokerTopics | None = None,
         producer_ids: ProducerIds | None = None,
         group_offsets: GroupOffsets | None = None,
+        meta: MetadataStore | None = None,
     ) -> None:
         """``stores``: the Stores the parts share, if the broker is to close
         it after them (``from_env`` opens one). ``billing``: the S3 billing
@@ -125,7 +131,9 @@ class Broker:
         when not given). ``topics``: the topic catalogue produce and consume
         check and ``/topics`` serves (``from_env`` builds one); without it any
         topic-partition is accepted and ``/topics`` answers 404.
-        ``producer_ids``: what ``POST /producers`` hands out (writing roles)."""
+        ``producer_ids``: what ``POST /producers`` hands out (writing roles).
+        ``meta``: the metadata store ``/topics/{name}/delete-records`` writes
+        (default: ``stores``'); without it and ``topics`` that route answers 404."""
         _check_parts(config, producer, reader)
         self.config = config
         self.producer = producer
@@ -152,6 +160,10 @@ class Broker:
                 check=None if topics is None else topics.check_consume,
                 log_start_refresh_ms=config.log_start_refresh_ms,
             )
+        meta = meta if meta is not None or stores is None else stores.meta
+        self.records: RecordDeletion | None = None
+        if meta is not None and topics is not None:
+            self.records = RecordDeletion(meta, self.layout, topics, self.runtime, self.consume_service)
         self._report_info()
 
     @classmethod
@@ -440,6 +452,13 @@ class Broker:
         if method == "GET":
             return t.get_route(name)
         return t.patch_route(name, body) if method == "PATCH" else t.delete_route(name)
+
+    @answers_errors
+    def delete_records_route(self, body: bytes, name: str) -> Response:
+        """``POST /topics/{name}/delete-records``."""
+        if self.records is None:
+            return error_response(NOT_FOUND, "this broker has no topic catalogue and cannot delete records")
+        return delete_records_route(self.records, self.topics, name, body)
 
     def _role_refused(self, what: str, needed: str) -> Response:
         return error_response(ROLE_NOT_SERVED, f"this broker runs role {self.config.role!r} and does not serve {what}; "

@@ -40,6 +40,7 @@ __all__ = ["Response", "BrokerHTTPServer", "ROUTES", "JSON", "PROMETHEUS", "erro
 log = logging.getLogger(__name__)
 
 TOPIC_PATH = "/topics/{name}"
+DELETE_RECORDS_PATH = "/topics/{name}/delete-records"
 GROUP_OFFSETS_PATH = "/groups/{group}/offsets"
 ROUTES: dict[str, dict[str, str]] = {
     "/health": {"GET": "health"},
@@ -50,6 +51,7 @@ ROUTES: dict[str, dict[str, str]] = {
     "/consume": {"POST": "consume"},
     "/topics": {"GET": "topics", "POST": "topics"},
     TOPIC_PATH: {"GET": "topics", "PATCH": "topics", "DELETE": "topics"},
+    DELETE_RECORDS_PATH: {"POST": "delete_records"},
     "/groups": {"GET": "groups"},
     GROUP_OFFSETS_PATH: {"GET": "groups", "POST": "groups"},
 }
@@ -65,6 +67,8 @@ def _match(path: str) -> tuple[str | None, str | None]:
     parts = path.split("/")
     if len(parts) == 4 and parts[1] == "groups" and parts[2] and parts[3] == "offsets":
         return GROUP_OFFSETS_PATH, unquote(parts[2])
+    if len(parts) == 4 and parts[1] == "topics" and parts[2] and parts[3] == "delete-records":
+        return DELETE_RECORDS_PATH, parts[2]
     return None, None
 
 
@@ -110,6 +114,8 @@ class _Handler(JSONRequestHandler):
                 return broker.topics_route(body, method, topic)
             if name == "groups":
                 return broker.groups_route(body, method, topic, urlsplit(self.path).query)
+            if name == "delete_records":
+                return broker.delete_records_route(body, topic)
             if name == "produce":  # two body formats, by Content-Type
                 return broker.produce(body, self.headers.get("Content-Type"))
             if name == "consume":  # two answer formats, by Accept

@@ -49,7 +49,7 @@ class KafkaFront:
             meta = broker.stores.meta
         layout = broker.layout
         runtime = broker.runtime
-        records = RecordDeletion(meta, layout, broker.topics, runtime, broker.consume_service)
+        records = broker.records or RecordDeletion(meta, layout, broker.topics, runtime, broker.consume_service)
         logs = LogDescriptions(meta, layout, broker.topics, location or f"/{layout.root}")
         parts = _Parts(broker.appends, broker.consume_service, broker.topics, broker.reader, broker.producer_ids,
                        broker.group_offsets, records, logs)

@@ -1,6 +1,7 @@
 """The topic catalogue on real Oxia + MinIO: the /topics routes of a broker
 process (answers checked against openapi.yaml), produce and consume against
-it, adoption of logs written through the library, and ``llog-admin``."""
+it, adoption of logs written through the library, ``/topics/{name}/delete-records``
+through one broker seen by another, and ``llog-admin``."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import sys
 
 import pytest
 
+from tests._waiting import wait_until
 from tests.integration.conftest import REPO
 
 pytestmark = pytest.mark.integration
@@ -41,6 +43,44 @@ def test_create_produce_check_alter_grow_delete(broker_factory, unique_topic):
     assert gone.status == 404 and gone.json["error_type"] == "UnknownTopic"
     part = client.consume([{"topic": unique_topic, "partition": 1, "fetch_offset": 1}]).json["results"][0]
     assert (part["ok"], part["error_code"]) == (False, "UNKNOWN_TOPIC_OR_PARTITION")
+
+
+def test_delete_records_through_one_broker_is_seen_by_another(broker_factory, unique_topic):
+    a = broker_factory(env={"LLOG_TOPIC_DEFAULT_PARTITIONS": "2"}).client
+    b = broker_factory(env={"LLOG_BROKER_LOG_START_REFRESH_MS": "200"}).client
+    assert a.produce([{"topic": unique_topic, "partition": p, "records": [f"r{i}" for i in range(1, 11)]}
+                      for p in (0, 1)]).status == 200
+    assert [v for _, v in b.consume_all(unique_topic, 0)][:1] == [b"r1"]  # b knows the log from offset 1
+
+    path = f"/topics/{unique_topic}/delete-records"
+    moved = a.request("POST", path, {"partitions": [{"partition": 0, "before_offset": 6}, {"partition": 1},
+                                                    {"partition": 2, "before_offset": 1}]})
+    assert moved.status == 200, moved.json
+    first, second, unknown = moved.json["results"]
+    assert first == {"partition": 0, "ok": True, "log_start_offset": 6, "high_watermark": 10}
+    assert second == {"partition": 1, "ok": True, "log_start_offset": 11, "high_watermark": 10}
+    assert (unknown["ok"], unknown["error_code"]) == (False, "UNKNOWN_TOPIC_OR_PARTITION"), unknown
+
+    def first_answer(client, partition):
+        return client.consume([{"topic": unique_topic, "partition": partition, "fetch_offset": 1}],
+                              max_wait_ms=0).json["results"][0]
+
+    at_a = first_answer(a, 0)  # the broker that moved it refuses below the start at once
+    assert (at_a["error_code"], at_a["log_start_offset"]) == ("OFFSET_OUT_OF_RANGE", 6), at_a
+    wait_until(lambda: first_answer(b, 0).get("error_code") == "OFFSET_OUT_OF_RANGE", 10,
+               "the other broker to read the new log start")
+    assert [(o, v) for o, v in b.consume_all(unique_topic, 0, start=6)] == [(i, f"r{i}".encode()) for i in range(6, 11)]
+    assert b.consume_all(unique_topic, 1, start=11) == []
+    assert a.produce([{"topic": unique_topic, "partition": 1, "records": ["r11"]}]).status == 200
+    assert b.consume_all(unique_topic, 1, start=11) == [(11, b"r11")]
+
+    bad = a.request("POST", path, {"partitions": [{"partition": 0, "before_offset": 0}]})
+    assert (bad.status, bad.json["field"]) == (400, "partitions[0].before_offset"), bad.json
+    past = a.request("POST", path, {"partitions": [{"partition": 0, "before_offset": 99}]}).json["results"][0]
+    assert (past["error_code"], past["log_start_offset"], past["high_watermark"]) == ("OFFSET_OUT_OF_RANGE", 6, 10)
+    assert a.request("GET", path).status == 405
+    assert a.request("POST", f"/topics/{unique_topic}-nope/delete-records", {"partitions": [{"partition": 0}]}
+                     ).json["error_type"] == "UnknownTopic"
 
 
 def test_auto_creation_and_its_switch(broker_factory, unique_topic):

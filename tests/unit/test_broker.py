@@ -85,7 +85,7 @@ class Cluster:
                                      cache_ms=cfg.topic_cache_ms)
         ids = ProducerIds(self.meta, LogLayout("llog")) if producer is not None else None
         broker = Broker(cfg, producer=producer, reader=reader, cache=cache, metrics=metrics, topics=catalogue,
-                        producer_ids=ids, group_offsets=GroupOffsets(self.meta, LogLayout("llog")))
+                        producer_ids=ids, group_offsets=GroupOffsets(self.meta, LogLayout("llog")), meta=self.meta)
         self.brokers.append(broker)
         return broker
 

@@ -1,7 +1,7 @@
 """The broker's topic catalogue (server/_broker/topics.py) over the in-memory
 stores: the /topics routes with their errors, produce auto-creating and
-checking partitions, consume refusing unknown topics, and adoption of logs
-written before the catalogue."""
+checking partitions, consume refusing unknown topics, adoption of logs
+written before the catalogue, and /topics/{name}/delete-records."""
 
 from __future__ import annotations
 
@@ -70,6 +70,75 @@ def test_unknown_topics_answer_404_and_a_duplicate_409(cluster):
     route(b, "POST", payload={"name": "orders"})
     status, answer = route(b, "POST", payload={"name": "orders"})
     assert (status, answer["error_type"]) == (409, "TopicAlreadyExists") and "already exists" in answer["error"]
+
+
+def delete_records(broker, name, payload):
+    resp = broker.delete_records_route(json.dumps(payload).encode(), name)
+    return resp.status, doc(resp)
+
+
+def consumed(broker, topic, partition, offset=1):
+    (res,) = doc(broker.consume(consume_body(topic, partition, offset, max_wait_ms=0)))["results"]
+    return res
+
+
+def test_delete_records_moves_each_log_start_and_answers_each_partition(cluster):
+    b = cluster.broker(topics=TopicDefaults(partitions=4))
+    route(b, "POST", payload={"name": "orders", "partitions": 4})
+    for p in (0, 1):
+        assert b.produce(body(("orders", p, [f"r{i}" for i in range(10)]))).status == 200
+    status, answer = delete_records(b, "orders", {"partitions": [
+        {"partition": 0, "before_offset": 4}, {"partition": 1}, {"partition": 2, "before_offset": 1},
+        {"partition": 3, "before_offset": 2}, {"partition": 9, "before_offset": 1}]})
+    assert status == 200 and answer["topic"] == "orders", answer
+    ok0, ok1, ok2, past_end, unknown = answer["results"]
+    assert ok0 == {"partition": 0, "ok": True, "log_start_offset": 4, "high_watermark": 10}
+    assert ok1 == {"partition": 1, "ok": True, "log_start_offset": 11, "high_watermark": 10}
+    assert ok2 == {"partition": 2, "ok": True, "log_start_offset": 1, "high_watermark": 0}
+    assert (past_end["ok"], past_end["error_code"], past_end["log_start_offset"], past_end["high_watermark"]) == (
+        False, "OFFSET_OUT_OF_RANGE", 1, 0), past_end
+    assert (unknown["ok"], unknown["error_code"], unknown["error_type"]) == (
+        False, "UNKNOWN_TOPIC_OR_PARTITION", "UnknownTopic"), unknown
+    # The broker that moved a start refuses reads below it at once, and serves from it.
+    below = consumed(b, "orders", 0, 3)
+    assert (below["ok"], below["error_code"], below["log_start_offset"]) == (False, "OFFSET_OUT_OF_RANGE", 4)
+    assert [r["offset"] for r in consumed(b, "orders", 0, 4)["records"]] == list(range(4, 11))
+    assert consumed(b, "orders", 1, 11)["records"] == []
+    # A start never moves back: an offset below it answers the start as it is.
+    status, again = delete_records(b, "orders", {"partitions": [{"partition": 0, "before_offset": 2}]})
+    assert again["results"] == [{"partition": 0, "ok": True, "log_start_offset": 4, "high_watermark": 10}]
+
+
+@pytest.mark.parametrize("payload, field", [
+    ({}, "partitions"),
+    ({"partitions": []}, "partitions"),
+    ({"partitions": [0]}, "partitions[0]"),
+    ({"partitions": [{"before_offset": 3}]}, "partitions[0].partition"),
+    ({"partitions": [{"partition": -1}]}, "partitions[0].partition"),
+    ({"partitions": [{"partition": True}]}, "partitions[0].partition"),
+    ({"partitions": [{"partition": 0, "before_offset": 0}]}, "partitions[0].before_offset"),
+    ({"partitions": [{"partition": 0, "before_offset": "5"}]}, "partitions[0].before_offset"),
+    ({"partitions": [{"partition": 0, "offset": 5}]}, "partitions[0].offset"),
+    ({"partitions": [{"partition": 0}, {"partition": 0}]}, "partitions[1].partition"),
+    ({"partitions": [{"partition": 0}], "all": True}, "all"),
+])
+def test_delete_records_bad_requests_are_400_naming_the_field_and_move_nothing(cluster, payload, field):
+    b = cluster.broker(topics=TopicDefaults())
+    route(b, "POST", payload={"name": "orders", "partitions": 1})
+    assert b.produce(body(("orders", 0, ["a", "b"]))).status == 200
+    status, answer = delete_records(b, "orders", payload)
+    assert (status, answer["error_type"], answer.get("field")) == (400, "InvalidRequest", field), answer
+    assert consumed(b, "orders", 0)["log_start_offset"] == 1
+
+
+def test_delete_records_of_an_unknown_or_invalid_topic(cluster):
+    b = cluster.broker(topics=TopicDefaults())
+    status, answer = delete_records(b, "nope", {"partitions": [{"partition": 0}]})
+    assert (status, answer["error_type"]) == (404, "UnknownTopic"), answer
+    status, answer = delete_records(b, "a..b/c", {"partitions": [{"partition": 0}]})
+    assert (status, answer.get("field")) == (400, "name"), answer
+    plain = cluster.broker()  # no catalogue: nothing names the topics it could delete from
+    assert plain.delete_records_route(b'{"partitions": [{"partition": 0}]}', "orders").status == 404
 
 
 def test_produce_auto_creates_with_the_default_count_then_checks_partitions(cluster):
