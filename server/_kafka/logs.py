@@ -70,7 +70,7 @@ def _held(svc: KafkaService, asked: Any) -> list[tuple[str, list[tuple[int, int]
         mine = [p for p in range(count)
                 if (partitions is None or p in partitions) and svc.nodes.leader(name, p).node_id == me]
         if mine:
-            out.append((name, [(p, svc.parts.logs.stored_bytes(name, p)) for p in mine]))
+            out.append((name, list(zip(mine, svc.parts.logs.stored_bytes(name, mine)))))
     return out
 
 

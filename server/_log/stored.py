@@ -17,12 +17,13 @@ as a partition's size.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 from .._protocol.keys import PartitionKeys
 from .._protocol.records import CompactionCursor, ControlRecord, EntryType, IndexEntry
-from .._storage.metastore import MetadataStore
+from .._storage.metastore import MetadataStore, Record
 
-__all__ = ["StoredLog", "entry_bytes", "read_stored"]
+__all__ = ["StoredLog", "entry_bytes", "read_stored", "read_stored_many"]
 
 
 def entry_bytes(entry: IndexEntry) -> int:
@@ -50,10 +51,22 @@ def read_stored(meta: MetadataStore, keys: PartitionKeys) -> StoredLog | None:
     rec = meta.get(keys.control, keys.partition_key)
     if rec is None:
         return None
+    return _scan(meta, keys, rec, meta.get(keys.compaction_cursor, keys.partition_key))
+
+
+def read_stored_many(meta: MetadataStore, keys: Sequence[PartitionKeys]) -> list[StoredLog | None]:
+    """``read_stored`` of each log, in order, with every control record and cursor read in one
+    ``get_many`` (one Oxia request instead of two per log; a log's two reads keep their order), then
+    each index scanned: what sizing many logs at once (DescribeLogDirs) costs."""
+    items = [item for k in keys for item in ((k.control, k.partition_key), (k.compaction_cursor, k.partition_key))]
+    got = meta.get_many(items) if items else []
+    return [None if got[2 * i] is None else _scan(meta, k, got[2 * i], got[2 * i + 1]) for i, k in enumerate(keys)]
+
+
+def _scan(meta: MetadataStore, keys: PartitionKeys, rec: Record, cursor_rec: Record | None) -> StoredLog:
     control = ControlRecord.decode(rec.value)
     start = control.log_start_offset
-    got = meta.get(keys.compaction_cursor, keys.partition_key)
-    cursor = 1 if got is None else CompactionCursor.decode(got.value).offset
+    cursor = 1 if cursor_rec is None else CompactionCursor.decode(cursor_rec.value).offset
     compacted: list[tuple[int, int, IndexEntry]] = []
     total = 0
     for row in meta.range_scan(keys.index(start), keys.index_end, keys.partition_key):

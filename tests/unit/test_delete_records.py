@@ -11,7 +11,7 @@ from server._compaction.retention import apply_retention
 from server._errors import ConcurrencyConflict, OffsetOutOfRange, PartitionFenced, PartitionNotInitialized, \
     VersionConflict
 from server._log.log_start import delete_records
-from server._log.stored import entry_bytes, read_stored
+from server._log.stored import entry_bytes, read_stored, read_stored_many
 from server._protocol.kafka_batch import Record
 from server._protocol.keys import LogLayout
 from server._protocol.records import EntryType, IndexEntry
@@ -147,6 +147,25 @@ def test_the_stored_size_counts_each_range_once_and_the_entry_holding_the_start_
     delete_records(meta, KEYS, 11)
     assert read_stored(meta, KEYS).total_bytes == w12
     assert read_stored(meta, LogLayout("llog").partition("orders", 1)) is None  # never initialized
+
+
+def test_sizing_many_logs_at_once_reads_what_one_at_a_time_reads_in_one_request(stores):  # noqa: F811
+    build(stores, compact=1)  # COMPACTED 1-3; WAL 4-6, 7-9, 10-12
+    meta = stores[0]
+    with make(stores, LeaderlessLogWriter) as w:
+        w.initialize_partition("orders", 2)
+        w.append_shared([SharedAppendGroup("orders", 2, [Record(b"x" * 50)])])
+    delete_records(meta, KEYS, 8)
+    layout = LogLayout("llog")
+    keys = [KEYS, layout.partition("orders", 1), layout.partition("orders", 2), KEYS]
+    one_at_a_time = [read_stored(meta, k) for k in keys]
+    assert one_at_a_time[1] is None and one_at_a_time[0].total_bytes > one_at_a_time[2].total_bytes > 0
+    before = dict(meta.calls)
+    assert read_stored_many(meta, keys) == one_at_a_time
+    calls = {op: n - before.get(op, 0) for op, n in meta.calls.items() if n != before.get(op, 0)}
+    # One get_many (the fake counts its 2 x 4 reads as gets too); no scan for the log that is not there.
+    assert calls == {"get_many": 1, "get": 8, "range_scan": 3}, calls
+    assert read_stored_many(meta, []) == []
 
 
 def test_the_stored_size_skips_a_wal_entry_a_compaction_left_below_the_cursor(stores):  # noqa: F811

@@ -18,6 +18,8 @@ from kafka.errors import SecurityDisabledError, UnknownTopicOrPartitionError
 from kafka.protocol.admin import DescribeLogDirsRequest, DescribeLogDirsResponse
 
 from server._broker.kafka_front import KafkaFront
+from server._broker.log_description import LogDescriptions
+from server._errors import UnknownTopic
 from server._catalogue.topic_config import TopicDefaults
 from server._log.stored import read_stored
 from server._protocol.structs import SharedAppendGroup
@@ -69,6 +71,22 @@ def test_each_partition_is_described_once_under_the_broker_metadata_names_its_le
         finally:
             for f in fronts:
                 f.close()
+
+
+def test_a_topic_of_many_partitions_is_sized_in_chunks_each_as_read_alone() -> None:
+    """Past 16 partitions the sizes are read in chunks on a few threads: every one lands in its place."""
+    with Cluster() as cluster:
+        broker = cluster.broker(topics=TopicDefaults(partitions=40))
+        appends = broker.appends
+        appends.submit(appends.prepare([SharedAppendGroup("wide", p, [b"x" * (10 * p + 1)] * (1 + p % 3))
+                                        for p in range(0, 40, 2)])).result(10)  # odd ones stay empty
+        logs = LogDescriptions(cluster.meta, broker.layout, broker.topics, "s3://bucket/llog")
+        wanted = [39, *range(39)]
+        alone = [read_stored(cluster.meta, broker.layout.partition("wide", p)) for p in wanted]
+        assert logs.stored_bytes("wide", wanted) == [0 if s is None else s.total_bytes for s in alone]
+        assert all(size > 0 for size in logs.stored_bytes("wide", range(0, 40, 2)))
+        with pytest.raises(UnknownTopic):
+            logs.stored_bytes("wide", [3, 40])
 
 
 def test_kafka_python_describes_log_dirs_and_producers(kafka):  # noqa: F811
