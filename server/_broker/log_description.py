@@ -12,10 +12,9 @@ initialized yet stores nothing and has no producers.
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Sequence
 
-from .._log.stored import read_stored_many
+from .._log.stored import StoredSizes
 from .._protocol.keys import LogLayout
 from .._protocol.producer_state import NO_PRODUCERS, ProducerStates
 from .._protocol.records import ControlRecord
@@ -23,29 +22,20 @@ from .._storage.metastore import MetadataStore
 
 __all__ = ["LogDescriptions"]
 
-_CHUNK = 16
-_SCANS = 8
-
 
 class LogDescriptions:
-    """``stored_bytes`` of a topic's partitions and ``producers`` of one, over the broker's stores and topic checks."""
+    """``stored_bytes`` of many topic-partitions and ``producers`` of one, over the broker's stores and topic checks."""
 
     def __init__(self, meta: MetadataStore, layout: LogLayout, topics: Any, location: str) -> None:
         """``topics``: ``BrokerTopics``; ``location``: where the logs are stored (``s3://bucket/root``)."""
         self._meta, self._layout, self._topics = meta, layout, topics
+        self._sizes = StoredSizes(meta)
         self.location = location
 
-    def stored_bytes(self, topic: str, partitions: Sequence[int]) -> list[int]:
-        """Bytes each partition's log stores from its start on, in order (their control records and
-        cursors read in one Oxia request); UnknownTopic when one is not a partition of a live topic."""
-        keys = [self._layout.keys(self._topics.live_partition(topic, p)) for p in partitions]
-        chunks = [keys[i:i + _CHUNK] for i in range(0, len(keys), _CHUNK)]
-        if len(chunks) <= 1:
-            read = [read_stored_many(self._meta, chunk) for chunk in chunks]
-        else:
-            with ThreadPoolExecutor(min(len(chunks), _SCANS), thread_name_prefix="llog-log-dirs") as pool:
-                read = list(pool.map(lambda chunk: read_stored_many(self._meta, chunk), chunks))
-        return [0 if stored is None else stored.total_bytes for chunk in read for stored in chunk]
+    def stored_bytes(self, partitions: Sequence[tuple[str, int]]) -> list[int]:
+        """Bytes each ``(topic, partition)``'s log stores from its start on, in order
+        (``StoredSizes``); UnknownTopic when one is not a partition of a live topic."""
+        return self._sizes.sizes([self._layout.keys(self._topics.live_partition(t, p)) for t, p in partitions])
 
     def producers(self, topic: str, partition: int) -> ProducerStates:
         """The idempotent producers the partition's log keeps state for, by producer id."""

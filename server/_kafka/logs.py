@@ -61,7 +61,7 @@ def _held(svc: KafkaService, asked: Any) -> list[tuple[str, list[tuple[int, int]
     else:
         wanted = {t.topic: set(t.partitions) for t in asked}
     me = svc.nodes.me.node_id
-    out = []
+    held: dict[str, list[int]] = {}
     for name, partitions in wanted.items():
         try:
             count = topics.describe(name).partitions
@@ -70,8 +70,9 @@ def _held(svc: KafkaService, asked: Any) -> list[tuple[str, list[tuple[int, int]
         mine = [p for p in range(count)
                 if (partitions is None or p in partitions) and svc.nodes.leader(name, p).node_id == me]
         if mine:
-            out.append((name, list(zip(mine, svc.parts.logs.stored_bytes(name, mine)))))
-    return out
+            held[name] = mine
+    sizes = iter(svc.parts.logs.stored_bytes([(name, p) for name, mine in held.items() for p in mine]))
+    return [(name, [(p, next(sizes)) for p in mine]) for name, mine in held.items()]
 
 
 def describe_producers(svc: KafkaService, req: KafkaRequest) -> Any:

@@ -61,7 +61,7 @@ class KafkaParts(Protocol):
     records: Any
     """``RecordDeletion``: ``delete(topic, partition, before) -> DeleteRecordsResult``."""
     logs: Any
-    """``LogDescriptions``: ``stored_bytes(topic, partitions)``, ``producers(topic, partition)``, ``location``."""
+    """``LogDescriptions``: ``stored_bytes([(topic, partition)])``, ``producers(topic, partition)``, ``location``."""
 
 
 @dataclass(frozen=True)

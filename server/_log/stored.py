@@ -11,11 +11,14 @@ compacted, and its bytes are counted in the COMPACTED entry that covers it
 segment holding the log start does.
 
 Retention decides from this what may go; DescribeLogDirs reports the total
-as a partition's size.
+as a partition's size (``StoredSizes``: many logs at once).
 """
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -23,7 +26,7 @@ from .._protocol.keys import PartitionKeys
 from .._protocol.records import CompactionCursor, ControlRecord, EntryType, IndexEntry
 from .._storage.metastore import MetadataStore, Record
 
-__all__ = ["StoredLog", "entry_bytes", "read_stored", "read_stored_many"]
+__all__ = ["StoredLog", "StoredSizes", "entry_bytes", "read_stored"]
 
 
 def entry_bytes(entry: IndexEntry) -> int:
@@ -54,13 +57,103 @@ def read_stored(meta: MetadataStore, keys: PartitionKeys) -> StoredLog | None:
     return _scan(meta, keys, rec, meta.get(keys.compaction_cursor, keys.partition_key))
 
 
-def read_stored_many(meta: MetadataStore, keys: Sequence[PartitionKeys]) -> list[StoredLog | None]:
-    """``read_stored`` of each log, in order, with every control record and cursor read in one
-    ``get_many`` (one Oxia request instead of two per log; a log's two reads keep their order), then
-    each index scanned: what sizing many logs at once (DescribeLogDirs) costs."""
-    items = [item for k in keys for item in ((k.control, k.partition_key), (k.compaction_cursor, k.partition_key))]
-    got = meta.get_many(items) if items else []
-    return [None if got[2 * i] is None else _scan(meta, k, got[2 * i], got[2 * i + 1]) for i, k in enumerate(keys)]
+@dataclass(frozen=True)
+class _Sized:
+    """What ``StoredSizes`` keeps of a log it sized."""
+
+    stamp: tuple[int, int]
+    """The control record's version and the cursor's (-1: none) when it was sized."""
+    start: int
+    cursor: int
+    settled: int
+    """The counted bytes of the entries ending below ``cursor``."""
+    scanned_to: int
+    """The index was read up to this offset."""
+    total: int
+
+
+class StoredSizes:
+    """The stored bytes of many logs at once (DescribeLogDirs), each index read again only from
+    where its log can have changed.
+
+    Control records and cursors are read ``CHUNK`` logs to an Oxia request (``get_many``; a
+    log's two reads keep their order), up to ``THREADS`` chunks at a time. A log whose control
+    record and cursor kept their versions since it was last sized keeps its size. One whose
+    cursor kept its version and start stayed has only appended: its index is read past what
+    was read before. One whose cursor moved and start stayed is read from the old cursor on:
+    compaction writes only at or above the cursor, and vacuum deletes only entries ending
+    below the start or WAL entries below the cursor, none counted, so what was counted below
+    the old cursor stands. One whose start moved is read from the start. So a COMPACTED entry
+    counts from when its compaction moves the cursor (a fresh read counts it, and the WAL
+    entries it covers, in the moment between). At most ``KEPT`` logs are kept, least recently
+    used going first."""
+
+    CHUNK = 16
+    THREADS = 8
+    KEPT = 65_536
+
+    def __init__(self, meta: MetadataStore) -> None:
+        self._meta = meta
+        self._lock = threading.Lock()
+        self._kept: OrderedDict[str, _Sized] = OrderedDict()
+
+    def sizes(self, keys: Sequence[PartitionKeys]) -> list[int]:
+        """Each log's ``total_bytes`` (0 when it is not initialized), in order."""
+        chunks = [keys[i:i + self.CHUNK] for i in range(0, len(keys), self.CHUNK)]
+        if len(chunks) <= 1:
+            return [n for chunk in chunks for n in self._chunk(chunk)]
+        with ThreadPoolExecutor(min(len(chunks), self.THREADS), thread_name_prefix="llog-stored") as pool:
+            return [n for sized in pool.map(self._chunk, chunks) for n in sized]
+
+    def _chunk(self, keys: Sequence[PartitionKeys]) -> list[int]:
+        got = self._meta.get_many([item for k in keys for item in (
+            (k.control, k.partition_key), (k.compaction_cursor, k.partition_key))])
+        out = []
+        for i, k in enumerate(keys):
+            rec, cursor_rec = got[2 * i], got[2 * i + 1]
+            if rec is None:
+                out.append(0)
+                continue
+            stamp = (rec.version, -1 if cursor_rec is None else cursor_rec.version)
+            with self._lock:
+                kept = self._kept.get(k.control)
+            if kept is None or kept.stamp != stamp:
+                kept = self._size(k, stamp, ControlRecord.decode(rec.value).log_start_offset,
+                                  1 if cursor_rec is None else CompactionCursor.decode(cursor_rec.value).offset, kept)
+            with self._lock:
+                self._kept[k.control] = kept
+                self._kept.move_to_end(k.control)
+                while len(self._kept) > self.KEPT:
+                    self._kept.popitem(last=False)
+            out.append(kept.total)
+        return out
+
+    def _size(self, keys: PartitionKeys, stamp: tuple[int, int], start: int, cursor: int,
+              kept: _Sized | None) -> _Sized:
+        settled, total, scan_from = 0, 0, start
+        if kept is not None and kept.start == start:
+            if kept.stamp[1] == stamp[1]:  # appends only
+                settled, total, scan_from = kept.settled, kept.total, max(start, kept.scanned_to + 1)
+            elif kept.cursor <= cursor and kept.cursor > start:  # compaction too: recount from the old cursor
+                settled, total, scan_from = kept.settled, kept.settled, kept.cursor
+        scanned_to = scan_from - 1
+        for row in self._meta.range_scan(keys.index(scan_from), keys.index_end, keys.partition_key):
+            end = keys.index_offset(row.key)
+            if end is None or end < scan_from:
+                continue
+            scanned_to = max(scanned_to, end)
+            entry = IndexEntry.decode(row.value)
+            if _counted(entry, end, cursor):
+                total += entry_bytes(entry)
+                if end < cursor:
+                    settled += entry_bytes(entry)
+        return _Sized(stamp, start, cursor, settled, scanned_to, total)
+
+
+def _counted(entry: IndexEntry, end: int, cursor: int) -> bool:
+    """Whether an entry ending at or above the log start counts (module docstring): all but a
+    redundant WAL entry inside a compacted range (SPEC 8.2), whose bytes its COMPACTED entry counts."""
+    return not (entry.type == EntryType.WAL and end < cursor)
 
 
 def _scan(meta: MetadataStore, keys: PartitionKeys, rec: Record, cursor_rec: Record | None) -> StoredLog:
@@ -74,8 +167,8 @@ def _scan(meta: MetadataStore, keys: PartitionKeys, rec: Record, cursor_rec: Rec
         if end is None or end < start:
             continue
         entry = IndexEntry.decode(row.value)
-        if entry.type == EntryType.WAL and end < cursor:
-            continue  # a redundant entry inside a compacted range (SPEC 8.2): its bytes are counted there
+        if not _counted(entry, end, cursor):
+            continue
         total += entry_bytes(entry)
         if entry.type == EntryType.COMPACTED and end < cursor:
             compacted.append((entry.start_offset(end), end, entry))

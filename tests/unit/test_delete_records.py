@@ -11,10 +11,10 @@ from server._compaction.retention import apply_retention
 from server._errors import ConcurrencyConflict, OffsetOutOfRange, PartitionFenced, PartitionNotInitialized, \
     VersionConflict
 from server._log.log_start import delete_records
-from server._log.stored import entry_bytes, read_stored, read_stored_many
+from server._log.stored import StoredSizes, entry_bytes, read_stored
 from server._protocol.kafka_batch import Record
 from server._protocol.keys import LogLayout
-from server._protocol.records import EntryType, IndexEntry
+from server._protocol.records import ControlRecord, EntryType, IndexEntry
 from server._storage.metastore import InMemoryMetadataStore
 from server.leaderless_log_compactor import CompactionOutcome, LeaderlessLogCompactor
 from server.leaderless_log_reader import LeaderlessLogReader
@@ -149,36 +149,90 @@ def test_the_stored_size_counts_each_range_once_and_the_entry_holding_the_start_
     assert read_stored(meta, LogLayout("llog").partition("orders", 1)) is None  # never initialized
 
 
-def test_sizing_many_logs_at_once_reads_what_one_at_a_time_reads_in_one_request(stores):  # noqa: F811
+def test_sizing_many_logs_reads_what_one_at_a_time_reads_and_scans_only_logs_that_changed(stores):  # noqa: F811
     build(stores, compact=1)  # COMPACTED 1-3; WAL 4-6, 7-9, 10-12
     meta = stores[0]
+    layout = LogLayout("llog")
     with make(stores, LeaderlessLogWriter) as w:
         w.initialize_partition("orders", 2)
         w.append_shared([SharedAppendGroup("orders", 2, [Record(b"x" * 50)])])
     delete_records(meta, KEYS, 8)
-    layout = LogLayout("llog")
-    keys = [KEYS, layout.partition("orders", 1), layout.partition("orders", 2), KEYS]
-    one_at_a_time = [read_stored(meta, k) for k in keys]
-    assert one_at_a_time[1] is None and one_at_a_time[0].total_bytes > one_at_a_time[2].total_bytes > 0
-    before = dict(meta.calls)
-    assert read_stored_many(meta, keys) == one_at_a_time
-    calls = {op: n - before.get(op, 0) for op, n in meta.calls.items() if n != before.get(op, 0)}
-    # One get_many (the fake counts its 2 x 4 reads as gets too); no scan for the log that is not there.
-    assert calls == {"get_many": 1, "get": 8, "range_scan": 3}, calls
-    assert read_stored_many(meta, []) == []
+    keys = [KEYS, layout.partition("orders", 1), layout.partition("orders", 2)]
+
+    def totals():
+        return [0 if s is None else s.total_bytes for s in (read_stored(meta, k) for k in keys)]
+
+    def sized(sizes):
+        before = dict(meta.calls)
+        got = sizes.sizes(keys)
+        return got, {op: n - before.get(op, 0) for op, n in meta.calls.items() if op in ("get_many", "range_scan")
+                     and n != before.get(op, 0)}
+
+    sizes = StoredSizes(meta)
+    alone = totals()
+    assert alone[1] == 0 and alone[0] > alone[2] > 0
+    assert sized(sizes) == (alone, {"get_many": 1, "range_scan": 2})  # no scan for the log that is not there
+    assert sized(sizes) == (alone, {"get_many": 1})  # nothing changed: nothing scanned
+    with make(stores, LeaderlessLogWriter) as w:  # an append writes the control record
+        w.append_shared([SharedAppendGroup("orders", 2, [Record(b"y" * 70)])])
+    assert sized(sizes) == (totals(), {"get_many": 1, "range_scan": 1}) and totals()[2] > alone[2]
+    delete_records(meta, KEYS, 10)  # so does DeleteRecords
+    assert sized(sizes) == (totals(), {"get_many": 1, "range_scan": 1}) and totals()[0] < alone[0]
+    with make(stores, LeaderlessLogCompactor, max_offsets_per_run=3) as c:  # a compaction moves the cursor
+        assert c.compact_once("orders", 0).outcome is CompactionOutcome.COMPACTED
+    assert sized(sizes) == (totals(), {"get_many": 1, "range_scan": 1})
+    with make(stores, Vacuum, grace_ms=0, allow_unsafe_grace=True) as v:  # vacuum writes neither
+        assert v.run_once().expired_entries  # the entries wholly below the start and the cursor go
+    assert sized(sizes) == (totals(), {"get_many": 1})  # and the size kept is still the size
+    assert sizes.sizes([]) == []
+
+    few = StoredSizes(meta)
+    few.KEPT = 1
+    few.sizes(keys)  # the third log's size pushes out the first's (the second has none)
+    assert sized(few)[1] == {"get_many": 1, "range_scan": 2}
 
 
-def test_the_stored_size_skips_a_wal_entry_a_compaction_left_below_the_cursor(stores):  # noqa: F811
-    """SPEC 8.2's allowed state: a compaction of 1-6 that stopped before deleting the WAL entry
-    ending at 3. Its bytes are the COMPACTED entry's: counted once."""
-    build(stores)  # WAL 1-3, 4-6, 7-9, 10-12
+@pytest.mark.parametrize("seed", range(12))
+def test_sizes_kept_between_calls_equal_a_fresh_read_through_appends_compaction_deletes_and_vacuum(
+        stores, seed):  # noqa: F811
+    """Random appends, compactions, DeleteRecords and vacuum passes on three logs; after each step
+    ``StoredSizes`` (reading from where each log can have changed) answers what a fresh read does."""
+    import random
+
+    rng = random.Random(seed)
     meta = stores[0]
-    left = meta.get(KEYS.index(3), KEYS.partition_key).value
-    with make(stores, LeaderlessLogCompactor, max_offsets_per_run=6) as c:
-        assert c.compact_once("orders", 0).outcome is CompactionOutcome.COMPACTED  # 1-6 in one entry
-    meta.put(KEYS.index(3), left, KEYS.partition_key)  # as if its deletion never ran
-    c6 = entry_bytes(IndexEntry.decode(meta.get(KEYS.index(6), KEYS.partition_key).value))
-    w9, w12 = (entry_bytes(IndexEntry.decode(meta.get(KEYS.index(e), KEYS.partition_key).value)) for e in (9, 12))
-    stored = read_stored(meta, KEYS)
-    assert (stored.cursor, stored.total_bytes) == (7, c6 + w9 + w12)
-    assert [(first, end) for first, end, _ in stored.compacted] == [(1, 6)]
+    keys = [LogLayout("llog").partition("orders", p) for p in range(3)]
+    scans: list[str] = []
+    scan = meta.range_scan
+    meta.range_scan = lambda lo, hi, pk: (scans.append(lo), scan(lo, hi, pk))[1]  # type: ignore[method-assign]
+    sizes = StoredSizes(meta)
+    with make(stores, LeaderlessLogWriter) as w, \
+            make(stores, LeaderlessLogCompactor, max_offsets_per_run=rng.choice((2, 3, 5))) as c, \
+            make(stores, Vacuum, grace_ms=0, allow_unsafe_grace=True) as v:
+        for p in range(3):
+            w.initialize_partition("orders", p)
+        assert sizes.sizes(keys) == [0, 0, 0]
+        for step in range(60):
+            p = rng.randrange(3)
+            op = rng.choice(("append", "append", "append", "compact", "delete", "vacuum", "none"))
+            before = ControlRecord.decode(meta.get(keys[p].control, keys[p].partition_key).value)
+            if op == "append":
+                w.append_shared([SharedAppendGroup("orders", p, [Record(b"v" * rng.randrange(1, 300))
+                                                                 for _ in range(rng.randrange(1, 4))])])
+            elif op == "compact":
+                c.compact_once("orders", p)
+            elif op == "delete":
+                ctl = ControlRecord.decode(meta.get(keys[p].control, keys[p].partition_key).value)
+                delete_records(meta, keys[p], rng.randrange(ctl.log_start_offset, ctl.sequence_counter + 1))
+            elif op == "vacuum":
+                v.run_once()
+            fresh = [read_stored(meta, k).total_bytes for k in keys]
+            scans.clear()
+            assert sizes.sizes(keys) == fresh, f"seed {seed} step {step} after {op} of partition {p}"
+            if op in ("vacuum", "none"):
+                assert scans == [], f"seed {seed} step {step}: {op} changed no log, yet {scans}"
+            elif op == "append":  # only the changed log, past what was read of it before
+                low = max(before.log_start_offset, before.high_watermark + 1)
+                assert scans == [keys[p].index(low)], (seed, step, scans)
+            else:  # one log changed: only its index is read
+                assert all(k.startswith(keys[p].index_prefix) for k in scans) and len(scans) <= 1, scans

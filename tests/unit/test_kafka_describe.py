@@ -83,10 +83,10 @@ def test_a_topic_of_many_partitions_is_sized_in_chunks_each_as_read_alone() -> N
         logs = LogDescriptions(cluster.meta, broker.layout, broker.topics, "s3://bucket/llog")
         wanted = [39, *range(39)]
         alone = [read_stored(cluster.meta, broker.layout.partition("wide", p)) for p in wanted]
-        assert logs.stored_bytes("wide", wanted) == [0 if s is None else s.total_bytes for s in alone]
-        assert all(size > 0 for size in logs.stored_bytes("wide", range(0, 40, 2)))
+        assert logs.stored_bytes([("wide", p) for p in wanted]) == [0 if s is None else s.total_bytes for s in alone]
+        assert all(size > 0 for size in logs.stored_bytes([("wide", p) for p in range(0, 40, 2)]))
         with pytest.raises(UnknownTopic):
-            logs.stored_bytes("wide", [3, 40])
+            logs.stored_bytes([("wide", 3), ("wide", 40)])
 
 
 def test_kafka_python_describes_log_dirs_and_producers(kafka):  # noqa: F811
