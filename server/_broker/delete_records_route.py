@@ -23,7 +23,7 @@ from typing import Any
 
 from .._errors import InvalidRequest, LlogError, OffsetOutOfRange
 from .._http_server import Response
-from .._protocol.http_json import InvalidField, parse_json_body
+from .._protocol.http_json import InvalidField, only_fields, parse_json_body
 from .._protocol.keys import validate_topic
 from .._protocol.outcomes import error_code, error_type_of
 from .record_deletion import RecordDeletion
@@ -46,9 +46,7 @@ def delete_records_route(deletion: RecordDeletion, topics: Any, topic: str, body
 
 
 def _parse(doc: dict[str, Any]) -> list[tuple[int, int | None]]:
-    for key in doc:
-        if key not in _FIELDS:
-            raise InvalidField(f"unknown field {key!r}; allowed: {', '.join(_FIELDS)}", key)
+    only_fields(doc, _FIELDS)
     items = doc.get("partitions")
     if not isinstance(items, list) or not items:
         raise InvalidField("partitions must be a non-empty list of {\"partition\", \"before_offset\"}", "partitions")
@@ -58,10 +56,7 @@ def _parse(doc: dict[str, Any]) -> list[tuple[int, int | None]]:
         where = f"partitions[{i}]"
         if not isinstance(item, dict):
             raise InvalidField(f"{where} must be an object with partition and before_offset", where)
-        for key in item:
-            if key not in _PARTITION_FIELDS:
-                raise InvalidField(f"unknown field {key!r}; allowed: {', '.join(_PARTITION_FIELDS)}",
-                                   f"{where}.{key}")
+        only_fields(item, _PARTITION_FIELDS, where)
         partition, before = item.get("partition"), item.get("before_offset")
         if not _is_int(partition) or partition < 0:
             raise InvalidField(f"{where}.partition must be an integer >= 0, got {partition!r}", f"{where}.partition")

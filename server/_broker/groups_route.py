@@ -18,7 +18,7 @@ from .._groups.offsets import GroupOffsets, MAX_METADATA_LENGTH
 from .._http_server import Response, error_response
 from .._errors import InvalidRequest, StaleGeneration, UnknownGroup
 from .._protocol.outcomes import STALE_GENERATION, UNKNOWN_GROUP
-from .._protocol.http_json import MAX_INT32, InvalidField, parse_json_body
+from .._protocol.http_json import MAX_INT32, InvalidField, only_fields, parse_json_body
 from .._protocol.keys import TopicPartition, validate_group, validate_topic
 
 __all__ = ["groups_route"]
@@ -44,9 +44,7 @@ def groups_route(offsets: GroupOffsets, body: bytes, method: str, group: str | N
             {"topic": tp.topic, "partition": tp.partition, "offset": c.offset, "metadata": c.metadata,
              "committed_at_ms": c.committed_at_ms} for tp, c in found.items()]})
     doc = parse_json_body(body)
-    for key in doc:
-        if key not in _COMMIT_FIELDS:
-            raise InvalidField(f"unknown field {key!r}; allowed: {', '.join(_COMMIT_FIELDS)}", key)
+    only_fields(doc, _COMMIT_FIELDS)
     items = doc.get("offsets")
     if not isinstance(items, list) or not items:
         raise InvalidField("offsets must be a non-empty array of {topic, partition, offset, metadata}", "offsets")
@@ -77,9 +75,7 @@ def _offset(item: Any, i: int) -> tuple[TopicPartition, int, str]:
     where = f"offsets[{i}]"
     if not isinstance(item, dict):
         raise InvalidField(f"{where} must be an object", where)
-    for key in item:
-        if key not in _OFFSET_FIELDS:
-            raise InvalidField(f"{where}: unknown field {key!r}; allowed: {', '.join(_OFFSET_FIELDS)}", f"{where}.{key}")
+    only_fields(item, _OFFSET_FIELDS, where)
     topic, partition, offset = item.get("topic"), item.get("partition"), item.get("offset")
     metadata = item.get("metadata", "")
     try:

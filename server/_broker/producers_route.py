@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from .._http_server import Response
 from .._log.producer_ids import ProducerIds
-from .._protocol.http_json import InvalidField, parse_json_body
+from .._protocol.http_json import InvalidField, only_fields, parse_json_body
 from .._protocol.keys import validate_producer_name
 from .._errors import InvalidRequest
 
@@ -27,9 +27,7 @@ _FIELDS = ("name", "resume", "producer_id", "producer_epoch")
 
 def producers_route(ids: ProducerIds, body: bytes) -> Response:
     doc = parse_json_body(body) if body.strip() else {}
-    for key in doc:
-        if key not in _FIELDS:
-            raise InvalidField(f"unknown field {key!r}; allowed: {', '.join(_FIELDS)}", key)
+    only_fields(doc, _FIELDS)
     name = doc.get("name")
     if name is not None:
         try:

@@ -32,7 +32,7 @@ from .._catalogue.record import TopicRecord
 from .._catalogue.topic_config import TopicConfig
 from .._errors import InvalidRequest, MetadataStoreError, TopicAlreadyExists, UnknownTopic
 from .._http_server import Response
-from .._protocol.http_json import InvalidField, parse_json_body
+from .._protocol.http_json import InvalidField, only_fields, parse_json_body
 from .._protocol.keys import TopicPartition, is_valid, validate_topic
 
 __all__ = ["BrokerTopics"]
@@ -172,7 +172,7 @@ class BrokerTopics:
 
     def create_route(self, body: bytes) -> Response:
         doc = parse_json_body(body)
-        _only(doc, ("name", "partitions", "config"))
+        only_fields(doc, ("name", "partitions", "config"))
         name = doc.get("name")
         if not isinstance(name, str):
             raise InvalidField("name must be a string", "name")
@@ -190,7 +190,7 @@ class BrokerTopics:
     def patch_route(self, name: str, body: bytes) -> Response:
         _valid_name(name)
         doc = parse_json_body(body)
-        _only(doc, ("partitions", "config"))
+        only_fields(doc, ("partitions", "config"))
         if not doc:
             raise InvalidField("give partitions (a larger count) or config (keys to change)", None)
         partitions = doc.get("partitions")
@@ -209,12 +209,6 @@ class BrokerTopics:
         _valid_name(name)
         topic = self.delete(name)
         return Response(200, {"topic": topic.to_json()})
-
-
-def _only(doc: Mapping[str, Any], allowed: tuple[str, ...]) -> None:
-    for key in doc:
-        if key not in allowed:
-            raise InvalidField(f"unknown field {key!r}; allowed: {', '.join(allowed)}", key)
 
 
 def _valid_name(name: str) -> None:

@@ -26,7 +26,7 @@ import base64
 import binascii
 import json
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from .._errors import InvalidRequest, LlogError
 from .kafka_batch import Record, TimestampType
@@ -38,6 +38,7 @@ from .record_spans import RecordSpan
 
 __all__ = [
     "InvalidField",
+    "only_fields",
     "TooLarge",
     "ConsumePartition",
     "ConsumeRequest",
@@ -74,6 +75,15 @@ class InvalidField(InvalidRequest):
     def __init__(self, message: str, field: str | None, **kwargs: Any) -> None:
         super().__init__(message, **kwargs)
         self.field = field
+
+
+def only_fields(doc: Mapping[str, Any], allowed: Sequence[str], where: str | None = None) -> None:
+    """InvalidField naming the first key of ``doc`` not in ``allowed`` (``where.key`` inside
+    ``where``, an item of a request's list), and the keys that are."""
+    for key in doc:
+        if key not in allowed:
+            raise InvalidField(f"unknown field {key!r}; allowed: {', '.join(allowed)}",
+                               key if where is None else f"{where}.{key}")
 
 
 class TooLarge(InvalidField):
