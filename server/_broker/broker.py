@@ -160,7 +160,8 @@ class Broker:
                 check=None if topics is None else topics.check_consume,
                 log_start_refresh_ms=config.log_start_refresh_ms,
             )
-        meta = meta if meta is not None or stores is None else stores.meta
+        if meta is None and stores is not None:
+            meta = stores.meta
         self.records: RecordDeletion | None = None
         if meta is not None and topics is not None:
             self.records = RecordDeletion(meta, self.layout, topics, self.runtime, self.consume_service)

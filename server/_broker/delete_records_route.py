@@ -21,12 +21,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._errors import InvalidRequest, LlogError, OffsetOutOfRange
+from .._errors import LlogError, OffsetOutOfRange
 from .._http_server import Response
-from .._protocol.http_json import InvalidField, only_fields, parse_json_body
-from .._protocol.keys import validate_topic
+from .._protocol.http_json import MAX_INT32, MAX_INT64, InvalidField, int_field, only_fields, parse_json_body
 from .._protocol.outcomes import error_code, error_type_of
 from .record_deletion import RecordDeletion
+from .topics import valid_topic_name
 
 __all__ = ["delete_records_route"]
 
@@ -36,10 +36,7 @@ _PARTITION_FIELDS = ("partition", "before_offset")
 
 def delete_records_route(deletion: RecordDeletion, topics: Any, topic: str, body: bytes) -> Response:
     """``topics``: the broker's ``BrokerTopics``."""
-    try:
-        validate_topic(topic)
-    except InvalidRequest as exc:
-        raise InvalidField(exc.message, "name") from None
+    valid_topic_name(topic)
     asked = _parse(parse_json_body(body))
     topics.describe(topic)  # an unknown topic is a 404 as a whole, before anything moves
     return Response(200, {"topic": topic, "results": [_delete(deletion, topic, p, before) for p, before in asked]})
@@ -57,21 +54,14 @@ def _parse(doc: dict[str, Any]) -> list[tuple[int, int | None]]:
         if not isinstance(item, dict):
             raise InvalidField(f"{where} must be an object with partition and before_offset", where)
         only_fields(item, _PARTITION_FIELDS, where)
-        partition, before = item.get("partition"), item.get("before_offset")
-        if not _is_int(partition) or partition < 0:
-            raise InvalidField(f"{where}.partition must be an integer >= 0, got {partition!r}", f"{where}.partition")
-        if before is not None and (not _is_int(before) or before < 1):
-            raise InvalidField(f"{where}.before_offset must be an integer >= 1 (offsets start at 1) or null "
-                               f"for every record now, got {before!r}", f"{where}.before_offset")
+        partition = int_field(item, "partition", where, minimum=0, maximum=MAX_INT32)
+        before = None if item.get("before_offset") is None else \
+            int_field(item, "before_offset", where, minimum=1, maximum=MAX_INT64)  # offsets start at 1
         if partition in seen:
             raise InvalidField(f"partition {partition} is named twice", f"{where}.partition")
         seen.add(partition)
         asked.append((partition, before))
     return asked
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _delete(deletion: RecordDeletion, topic: str, partition: int, before: int | None) -> dict[str, Any]:

@@ -176,7 +176,7 @@ class BrokerTopics:
         name = doc.get("name")
         if not isinstance(name, str):
             raise InvalidField("name must be a string", "name")
-        _valid_name(name)
+        valid_topic_name(name)
         partitions = doc.get("partitions")
         if partitions is not None and (isinstance(partitions, bool) or not isinstance(partitions, int)):
             raise InvalidField(f"partitions must be an integer, got {partitions!r}", "partitions")
@@ -184,11 +184,11 @@ class BrokerTopics:
         return Response(201, {"topic": topic.to_json()})
 
     def get_route(self, name: str) -> Response:
-        _valid_name(name)
+        valid_topic_name(name)
         return Response(200, {"topic": self.catalogue.describe(name).to_json()})
 
     def patch_route(self, name: str, body: bytes) -> Response:
-        _valid_name(name)
+        valid_topic_name(name)
         doc = parse_json_body(body)
         only_fields(doc, ("partitions", "config"))
         if not doc:
@@ -206,12 +206,13 @@ class BrokerTopics:
         return Response(200, {"topic": topic.to_json()})
 
     def delete_route(self, name: str) -> Response:
-        _valid_name(name)
+        valid_topic_name(name)
         topic = self.delete(name)
         return Response(200, {"topic": topic.to_json()})
 
 
-def _valid_name(name: str) -> None:
+def valid_topic_name(name: str) -> None:
+    """InvalidField naming ``name`` (the path's topic) unless it is a valid topic name."""
     try:
         validate_topic(name)
     except InvalidRequest as exc:

@@ -24,7 +24,7 @@ from typing import Sequence
 
 from .._protocol.keys import PartitionKeys
 from .._protocol.records import CompactionCursor, ControlRecord, EntryType, IndexEntry
-from .._storage.metastore import MetadataStore, Record
+from .._storage.metastore import MetadataStore
 
 __all__ = ["StoredLog", "StoredSizes", "entry_bytes", "read_stored"]
 
@@ -54,7 +54,23 @@ def read_stored(meta: MetadataStore, keys: PartitionKeys) -> StoredLog | None:
     rec = meta.get(keys.control, keys.partition_key)
     if rec is None:
         return None
-    return _scan(meta, keys, rec, meta.get(keys.compaction_cursor, keys.partition_key))
+    control = ControlRecord.decode(rec.value)
+    start = control.log_start_offset
+    got = meta.get(keys.compaction_cursor, keys.partition_key)
+    cursor = 1 if got is None else CompactionCursor.decode(got.value).offset
+    compacted: list[tuple[int, int, IndexEntry]] = []
+    total = 0
+    for row in meta.range_scan(keys.index(start), keys.index_end, keys.partition_key):
+        end = keys.index_offset(row.key)
+        if end is None or end < start:
+            continue
+        entry = IndexEntry.decode(row.value)
+        if not _counted(entry, end, cursor):
+            continue
+        total += entry_bytes(entry)
+        if entry.type == EntryType.COMPACTED and end < cursor:
+            compacted.append((entry.start_offset(end), end, entry))
+    return StoredLog(control, rec.version, cursor, total, tuple(compacted))
 
 
 @dataclass(frozen=True)
@@ -155,21 +171,3 @@ def _counted(entry: IndexEntry, end: int, cursor: int) -> bool:
     redundant WAL entry inside a compacted range (SPEC 8.2), whose bytes its COMPACTED entry counts."""
     return not (entry.type == EntryType.WAL and end < cursor)
 
-
-def _scan(meta: MetadataStore, keys: PartitionKeys, rec: Record, cursor_rec: Record | None) -> StoredLog:
-    control = ControlRecord.decode(rec.value)
-    start = control.log_start_offset
-    cursor = 1 if cursor_rec is None else CompactionCursor.decode(cursor_rec.value).offset
-    compacted: list[tuple[int, int, IndexEntry]] = []
-    total = 0
-    for row in meta.range_scan(keys.index(start), keys.index_end, keys.partition_key):
-        end = keys.index_offset(row.key)
-        if end is None or end < start:
-            continue
-        entry = IndexEntry.decode(row.value)
-        if not _counted(entry, end, cursor):
-            continue
-        total += entry_bytes(entry)
-        if entry.type == EntryType.COMPACTED and end < cursor:
-            compacted.append((entry.start_offset(end), end, entry))
-    return StoredLog(control, rec.version, cursor, total, tuple(compacted))

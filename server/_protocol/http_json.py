@@ -39,6 +39,7 @@ from .record_spans import RecordSpan
 __all__ = [
     "InvalidField",
     "only_fields",
+    "int_field",
     "TooLarge",
     "ConsumePartition",
     "ConsumeRequest",
@@ -126,9 +127,11 @@ def _json_type(value: object) -> str:
     return "object"
 
 
-def _int_field(
+def int_field(
     obj: Mapping[str, Any], key: str, where: str, *, minimum: int, maximum: int, default: int | None = None
 ) -> int:
+    """``obj[key]`` as an integer within its bounds (``default`` when absent; required without
+    one); InvalidField naming ``where.key`` otherwise."""
     field = f"{where}.{key}" if where else key
     if key not in obj:
         if default is None:
@@ -314,7 +317,7 @@ def parse_produce(doc: Mapping[str, Any], *, max_records: int) -> ProduceRequest
     for i, item in enumerate(items):
         where = f"topic_partitions[{i}]"
         topic = _topic_field(item, where)
-        partition = _int_field(item, "partition", where, minimum=0, maximum=MAX_INT32)
+        partition = int_field(item, "partition", where, minimum=0, maximum=MAX_INT32)
         field = f"{where}.records"
         if "records" not in item:
             raise InvalidField(f"{field} is required", field)
@@ -348,7 +351,7 @@ def _producer_fields(item: Mapping[str, Any], where: str) -> ProducerSequence | 
         missing = next(name for name, _ in _PRODUCER_FIELDS if name not in item)
         raise InvalidField(f"{where}.{missing} is required with {where}.{given[0]} (an idempotent batch carries "
                            "producer_id, producer_epoch and base_sequence)", f"{where}.{missing}")
-    values = [_int_field(item, name, where, minimum=0, maximum=top) for name, top in _PRODUCER_FIELDS]
+    values = [int_field(item, name, where, minimum=0, maximum=top) for name, top in _PRODUCER_FIELDS]
     return ProducerSequence(*values)
 
 
@@ -414,7 +417,7 @@ def parse_consume(doc: Mapping[str, Any], *, max_wait_ms_cap: int) -> ConsumeReq
     for i, item in enumerate(items):
         where = f"topic_partitions[{i}]"
         topic = _topic_field(item, where)
-        partition = _int_field(item, "partition", where, minimum=0, maximum=MAX_INT32)
+        partition = int_field(item, "partition", where, minimum=0, maximum=MAX_INT32)
         if (topic, partition) in seen:
             raise InvalidField(
                 f"{where} repeats {topic}:{partition}; name each topic-partition once", where
@@ -422,14 +425,14 @@ def parse_consume(doc: Mapping[str, Any], *, max_wait_ms_cap: int) -> ConsumeReq
         seen.add((topic, partition))
         # Any integer: an offset below the log start is a per-partition
         # OFFSET_OUT_OF_RANGE answer, not a malformed request.
-        fetch_offset = _int_field(item, "fetch_offset", where, minimum=-MAX_INT64, maximum=MAX_INT64)
-        pmax = _int_field(
+        fetch_offset = int_field(item, "fetch_offset", where, minimum=-MAX_INT64, maximum=MAX_INT64)
+        pmax = int_field(
             item, "partition_max_bytes", where, minimum=1, maximum=MAX_INT32, default=DEFAULT_PARTITION_MAX_BYTES
         )
         parts.append(ConsumePartition(topic, partition, fetch_offset, pmax))
-    max_wait_ms = _int_field(doc, "max_wait_ms", "", minimum=0, maximum=MAX_INT32, default=DEFAULT_MAX_WAIT_MS)
-    min_bytes = _int_field(doc, "min_bytes", "", minimum=0, maximum=MAX_INT32, default=DEFAULT_MIN_BYTES)
-    max_bytes = _int_field(doc, "max_bytes", "", minimum=1, maximum=MAX_INT32, default=DEFAULT_MAX_BYTES)
+    max_wait_ms = int_field(doc, "max_wait_ms", "", minimum=0, maximum=MAX_INT32, default=DEFAULT_MAX_WAIT_MS)
+    min_bytes = int_field(doc, "min_bytes", "", minimum=0, maximum=MAX_INT32, default=DEFAULT_MIN_BYTES)
+    max_bytes = int_field(doc, "max_bytes", "", minimum=1, maximum=MAX_INT32, default=DEFAULT_MAX_BYTES)
     return ConsumeRequest(tuple(parts), min(max_wait_ms, max_wait_ms_cap), min_bytes, max_bytes)
 
 

@@ -116,6 +116,8 @@ def test_delete_records_moves_each_log_start_and_answers_each_partition(cluster)
     ({"partitions": [{"before_offset": 3}]}, "partitions[0].partition"),
     ({"partitions": [{"partition": -1}]}, "partitions[0].partition"),
     ({"partitions": [{"partition": True}]}, "partitions[0].partition"),
+    ({"partitions": [{"partition": 2**31}]}, "partitions[0].partition"),
+    ({"partitions": [{"partition": 0, "before_offset": 2**63}]}, "partitions[0].before_offset"),
     ({"partitions": [{"partition": 0, "before_offset": 0}]}, "partitions[0].before_offset"),
     ({"partitions": [{"partition": 0, "before_offset": "5"}]}, "partitions[0].before_offset"),
     ({"partitions": [{"partition": 0, "offset": 5}]}, "partitions[0].offset"),
