@@ -221,9 +221,17 @@ class _Connection:
         if stalls is None or request.api.key != PRODUCE:
             return self.listener._pool.submit(answer)
         stalls.begun(self)
-        future = self.listener._pool.submit(answer)
-        future.add_done_callback(lambda _: stalls.answered(self))
-        return future
+
+        def answer_counted() -> bytes | Answer | None:
+            # Counted as answered before the future resolves: the writer may send the answer
+            # the moment it does, and the client's next request must find the count lowered,
+            # or a stalled connection reads 6 and is never flushed (stalls.py counts to 5).
+            try:
+                return answer()
+            finally:
+                stalls.answered(self)
+
+        return self.listener._pool.submit(answer_counted)
 
     def _write_loop(self) -> None:
         try:
