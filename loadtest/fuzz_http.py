@@ -19,8 +19,10 @@ bodies with every length field one off each way, wrong magic, version,
 flags and CRC, counts that lie; header floods; slow senders that stop
 mid-request; dripping senders; pipelined requests; a body that is itself a
 request; connections reset mid-answer; unknown methods and odd paths
-(``..``, ``%00``, 64 KiB paths). Cases go to both services (the compactor
-gets the HTTP-level ones).
+(``..``, ``%00``, 64 KiB paths); the admin routes (topics, delete-records,
+group offsets, producers) with mutated bodies and names, their destructive
+requests only on scratch topics, never the one read back. Cases go to both
+services (the compactor gets the HTTP-level ones).
 
 Checks (any failure: exit status 1):
 
@@ -33,7 +35,8 @@ Checks (any failure: exit status 1):
 - both services answer ``GET /health`` with 200 between bursts;
 - RSS and open file descriptors of both processes (``/proc``; for services
   given by URL only with ``--broker-pid``/``--compactor-pid``) come back
-  within a tolerance of the baseline taken after a warm-up;
+  within a tolerance of the baseline taken after a warm-up; the connections
+  a service opened to S3 and Oxia apart, within their pools (40);
 - nothing a refused request carried is stored: every record value carries a
   marker naming its request; at the end every partition any request named is
   read back through ``/consume``; each record must be one a 200 (or a 409's
@@ -41,7 +44,9 @@ Checks (any failure: exit status 1):
   whose outcome is unknown (reset before its answer); every acknowledged
   record must be there. A 200 for a body the contract refuses, and a 400
   for one it accepts, are failures too (the fuzzer decodes produce bodies
-  itself, ``loadtest/_fuzz/oracle.py``).
+  itself, ``loadtest/_fuzz/oracle.py``; a topic name a mutation made is
+  auto-created with the broker's default count, so only its partition 0 is
+  sure to exist).
 
 Prints progress on stderr every few seconds; at the end, on stdout: requests
 per status and per mutation kind (with their statuses), the resource
@@ -86,7 +91,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=400, help="warm-up requests before the baseline (default 400)")
     p.add_argument("--workers", type=int, default=8, help="client threads (default 8)")
     p.add_argument("--rss-tolerance-mib", type=float, default=32.0, help="allowed RSS growth (default 32 MiB)")
-    p.add_argument("--fd-tolerance", type=int, default=8, help="allowed growth of open fds (default 8)")
+    p.add_argument("--fd-tolerance", type=int, default=8, help="allowed growth of open fds other than the connections a service opened to S3 and Oxia, which may grow by 40, their pools (default 8)")
     p.add_argument("--settle-s", type=float, default=30.0, help="how long RSS/fds may take to settle (default 30)")
     p.add_argument("--log-dir", type=Path, help="where the started services log (default: a temporary directory)")
     p.add_argument("--json", type=Path, help="also write the report as JSON here")

@@ -5,8 +5,9 @@
 - ``requests``: the valid requests every case starts from (JSON and binary
   produce, consume, the GET routes), each record value carrying a unique
   marker, and what a case is
-- ``mutate_json``, ``mutate_binary``, ``mutate_http``: the cases, built from
-  valid requests by seeded mutation, by kind; ``mutations``: their weights
+- ``mutate_json``, ``mutate_binary``, ``mutate_http``, ``mutate_admin`` (the
+  topic, delete-records, group-offset and producer routes): the cases, built
+  from valid requests by seeded mutation, by kind; ``mutations``: their weights
   and the seeded choice of the next one
 - ``oracle``: an independent decoder of produce bodies (what a 200 stored)
 - ``checks``: what every answer must satisfy (documented statuses, the JSON

@@ -32,10 +32,15 @@ Records = list[tuple[int, bytes]]
 class Ledger:
     """Thread-safe: workers record outcomes as answers arrive."""
 
-    def __init__(self, marker: re.Pattern[bytes], *, max_records: int, max_request_bytes: int) -> None:
+    def __init__(self, marker: re.Pattern[bytes], *, max_records: int, max_request_bytes: int,
+                 topics: dict[str, int]) -> None:
+        """``topics``: the partition count of each topic the run created. Any other name a
+        mutation makes is auto-created by its first produce with the broker's default count,
+        at least 1: only its partition 0 is sure to exist."""
         self.marker = marker
         self.max_records = max_records
         self.max_request_bytes = max_request_bytes
+        self.topics = dict(topics)
         self._lock = threading.Lock()
         self.outcome: dict[int, str] = {}
         self.status: dict[int, int | None] = {}
@@ -76,7 +81,8 @@ class Ledger:
 
     def _within_limits(self, produce: ProduceSent, batches: list[Batch]) -> bool:
         return (sum(len(pl) for _, _, pl in batches) <= self.max_records
-                and len(produce.body) <= self.max_request_bytes)
+                and len(produce.body) <= self.max_request_bytes
+                and all(p < self.topics.get(t, 1) for t, p, _ in batches))
 
     def _set(self, req_id: int, outcome: str) -> None:
         with self._lock:

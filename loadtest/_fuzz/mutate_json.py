@@ -17,10 +17,10 @@ from typing import Any, Callable
 from .oracle import refusal_expected
 from .requests import Case, Ctx, ProduceSent, Req, consume_json, http_request, produce_json
 
-__all__ = ["JSON_CASES"]
+__all__ = ["JSON_CASES", "WRONG_VALUES"]
 
 _400 = frozenset({400})
-_WRONG = [None, True, False, 0, -1, 1.5, "", "x", "0", [], {}, [1], {"a": 1}, 2**80, -(2**80)]
+WRONG_VALUES = [None, True, False, 0, -1, 1.5, "", "x", "0", [], {}, [1], {"a": 1}, 2**80, -(2**80)]
 _BAD_NUMBERS = [
     "1e400", "-1e400", "1e-400", "1.0", "1.5", "1e2", "-1", "NaN", "Infinity", "-Infinity", str(2**80),
     str(-(2**80)), "2147483648", "9" * 5000, "0x1", "01", "+1", ".5", "1.", "-", "1e", "--1", "null", "true",
@@ -51,7 +51,7 @@ def json_unknown_fields(rng: random.Random, ctx: Ctx) -> Case:
     _, doc, sent = produce_json(rng, ctx)
     for _ in range(rng.randrange(1, 4)):
         where = doc if rng.random() < 0.5 else rng.choice(doc["topic_partitions"])
-        where[rng.choice(["x", "extra", "__proto__", "topic ", "Partition", "records2", "ü"])] = rng.choice(_WRONG)
+        where[rng.choice(["x", "extra", "__proto__", "topic ", "Partition", "records2", "ü"])] = rng.choice(WRONG_VALUES)
     return _produce("json-unknown-fields", _dumps(doc, rng), sent)
 
 
@@ -59,17 +59,17 @@ def _locations(doc: dict[str, Any]) -> list[tuple[Any, Any, list[Any]]]:
     """``(container, key, wrong values)`` of every field a wrong type can replace."""
     empty_ok = doc.get("flush") is True  # a flush-only request may name no partition
     out: list[tuple[Any, Any, list[Any]]] = [
-        (doc, "topic_partitions", [v for v in _WRONG if not isinstance(v, list) or not (v or empty_ok)]),
-        (doc, "flush", [v for v in _WRONG if not isinstance(v, bool)]),
+        (doc, "topic_partitions", [v for v in WRONG_VALUES if not isinstance(v, list) or not (v or empty_ok)]),
+        (doc, "flush", [v for v in WRONG_VALUES if not isinstance(v, bool)]),
     ]
     for item in doc["topic_partitions"]:
         out += [
-            (item, "topic", [v for v in _WRONG if not isinstance(v, str)] + ["", "a/b", "..", "x" * 250, "é"]),
-            (item, "partition", [v for v in _WRONG if isinstance(v, bool) or not isinstance(v, int) or v < 0 or v > 2**31]),
-            (item, "records", [v for v in _WRONG if not isinstance(v, list) or not v]),
+            (item, "topic", [v for v in WRONG_VALUES if not isinstance(v, str)] + ["", "a/b", "..", "x" * 250, "é"]),
+            (item, "partition", [v for v in WRONG_VALUES if isinstance(v, bool) or not isinstance(v, int) or v < 0 or v > 2**31]),
+            (item, "records", [v for v in WRONG_VALUES if not isinstance(v, list) or not v]),
         ]
         for j, record in enumerate(item["records"]):
-            out.append((item["records"], j, [v for v in _WRONG if not isinstance(v, str)]
+            out.append((item["records"], j, [v for v in WRONG_VALUES if not isinstance(v, str)]
                         + [{"base64": "AAE="}, {"base64": 5}, {"bytes": "AAE="}, {"base64": "AAE=", "x": 1}][1:]))
     return out
 
@@ -102,7 +102,7 @@ def json_producer_fields(rng: random.Random, ctx: Ctx) -> Case:
             del fields[name]
     else:
         name = rng.choice(_PRODUCER_FIELDS)
-        fields[name] = (rng.choice([v for v in _WRONG if isinstance(v, bool) or not isinstance(v, int)])
+        fields[name] = (rng.choice([v for v in WRONG_VALUES if isinstance(v, bool) or not isinstance(v, int)])
                         if how == "type" else rng.choice(_PRODUCER_OUT_OF_RANGE[name]))
     item.update(fields)
     return _produce("json-producer-fields", _dumps(doc, rng), sent, expect=_400)
@@ -261,12 +261,12 @@ def consume_mutated(rng: random.Random, ctx: Ctx) -> Case:
         body = json.dumps(doc).encode().replace(b'"__N__"', token.encode())
         return _consume("consume-mutated", body)
     elif key in ("max_wait_ms", "min_bytes", "max_bytes"):
-        doc[key] = rng.choice(_WRONG + [10**9])
+        doc[key] = rng.choice(WRONG_VALUES + [10**9])
         expect = frozenset()
     elif key == "topic_partitions":
         doc[key] = rng.choice([None, [], {}, "x", [1]])
     else:
-        item[key] = rng.choice(_WRONG)
+        item[key] = rng.choice(WRONG_VALUES)
         expect = frozenset()
     return _consume("consume-mutated", json.dumps(doc).encode(), expect)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 from typing import Callable
 
+from .mutate_admin import ADMIN_CASES
 from .mutate_binary import BINARY_CASES
 from .mutate_http import HTTP_CASES
 from .mutate_json import JSON_CASES
@@ -26,7 +27,7 @@ def _bind(build: Callable[[random.Random, Ctx, str], Case], target: str) -> _Bui
 
 def _table() -> list[tuple[str, str, float, _Build]]:
     rows: list[tuple[str, str, float, _Build]] = []
-    for kind, (weight, build) in {**JSON_CASES, **BINARY_CASES}.items():
+    for kind, (weight, build) in {**JSON_CASES, **BINARY_CASES, **ADMIN_CASES}.items():
         rows.append(("broker", kind, weight, build))
     for kind, (broker_weight, compactor_weight, http_build) in HTTP_CASES.items():
         if broker_weight:

@@ -87,7 +87,8 @@ def _limits(broker: Target) -> tuple[int, int]:
 
 def _watches(targets: dict[str, Target], options: Options) -> list[ProcessWatch]:
     return [ProcessWatch(t.name, t.pid, rss_tolerance_bytes=int(options.rss_tolerance_mib * 2**20),
-                         fd_tolerance=options.fd_tolerance) for t in targets.values() if t.pid is not None]
+                         fd_tolerance=options.fd_tolerance, own_ports=(t.port,))
+            for t in targets.values() if t.pid is not None]
 
 
 def run_fuzz(targets: dict[str, Target], options: Options, log: TextIO = sys.stderr) -> Report:
@@ -98,7 +99,8 @@ def run_fuzz(targets: dict[str, Target], options: Options, log: TextIO = sys.std
     ensure_topic(parse_broker_list(f"http://{broker.host}:{broker.port}"), topic, options.partitions)
     ctx = Ctx(options.nonce, topic, options.partitions, max_bytes, max_records)
     check_binary_encoding(random.Random(options.seed), Ctx(options.nonce, topic, options.partitions, max_bytes, max_records))
-    ledger = Ledger(marker_re(options.nonce), max_records=max_records, max_request_bytes=max_bytes)
+    ledger = Ledger(marker_re(options.nonce), max_records=max_records, max_request_bytes=max_bytes,
+                    topics={topic: options.partitions})
     settings = Settings(read_timeout_s=options.read_timeout_s, workers=options.workers,
                         burst=max(100, min(500, options.requests // 10)))
     runner = Runner(settings, targets, ctx, ledger, log)
@@ -122,7 +124,8 @@ def run_fuzz(targets: dict[str, Target], options: Options, log: TextIO = sys.std
         resources[w.name] = {"baseline": baselines[w.name].to_json(), "after": now.to_json(), "settled": settled}
         if not settled:
             failures.append(f"{w.name}: RSS and open fds did not return within {options.rss_tolerance_mib:g} MiB / "
-                            f"{options.fd_tolerance} of the baseline in {options.settle_timeout_s:g} s: "
+                            f"{options.fd_tolerance} (outbound connections: {w.pool_tolerance}) of the baseline "
+                            f"in {options.settle_timeout_s:g} s: "
                             f"{baselines[w.name].to_json()} -> {now.to_json()}")
     print(f"[fuzz] reading back {len(ledger.touched)} partitions ...", file=log, flush=True)
     failures += ledger.verify(lambda t, p: read_partition(broker, t, p))

@@ -13,6 +13,8 @@ Per process (``/proc/PID/...``):
   ``statm`` times the page size when ``status`` has none;
 - ``threads``: ``num_threads`` of ``stat`` (field 20);
 - ``open_files``: the entries of ``fd`` (None when we may not list them);
+  :func:`outbound_tcp` counts those that are TCP connections the process
+  opened (``fd``'s socket inodes looked up in ``net/tcp`` and ``net/tcp6``);
 - ``alive``: the pid exists and is not a zombie. A pid that now belongs to
   another process (its start time, ``stat`` field 22, differs from the one
   the caller saw first) is reported dead too.
@@ -51,6 +53,8 @@ __all__ = [
     "parse_diskstats",
     "parse_meminfo_available",
     "parse_net_dev",
+    "parse_tcp_ports",
+    "outbound_tcp",
     "parse_pid_stat",
     "parse_statm_rss",
     "parse_status_rss",
@@ -152,6 +156,46 @@ def sample_process(pid: int, proc_root: str | Path = "/proc", *, ticks: int | No
     open_files = _read_or_none(lambda: len(os.listdir(base / "fd")))
     return ProcessSample(pid, stat.cpu_s, rss, stat.threads, open_files,
                          alive=stat.state not in ("Z", "X"), start_ticks=stat.start_ticks)
+
+
+def parse_tcp_ports(text: str) -> dict[int, tuple[int, int]]:
+    """``socket inode -> (local port, remote port)`` of a ``/proc/PID/net/tcp`` or ``tcp6`` table
+    (columns ``local_address`` and ``rem_address`` as ``HEXADDR:HEXPORT``, ``inode`` the tenth)."""
+    out: dict[int, tuple[int, int]] = {}
+    for line in text.splitlines()[1:]:
+        cols = line.split()
+        if len(cols) < 10:
+            continue
+        try:
+            out[int(cols[9])] = (int(cols[1].rsplit(":", 1)[1], 16), int(cols[2].rsplit(":", 1)[1], 16))
+        except (IndexError, ValueError):
+            raise ValueError(f"not a /proc/net/tcp line: {line!r}") from None
+    return out
+
+
+def outbound_tcp(pid: int, own_ports: Collection[int], proc_root: str | Path = "/proc") -> int | None:
+    """How many of ``pid``'s descriptors are TCP connections it opened: a local port not in
+    ``own_ports`` (the ports it serves) and a remote port set; None when not readable."""
+    base = Path(proc_root) / str(pid)
+
+    def count() -> int:
+        ports: dict[int, tuple[int, int]] = {}
+        for table in ("tcp", "tcp6"):
+            path = base / "net" / table
+            if path.exists():
+                ports.update(parse_tcp_ports(path.read_text()))
+        n = 0
+        for fd in os.listdir(base / "fd"):
+            try:
+                target = os.readlink(base / "fd" / fd)
+            except OSError:  # closed meanwhile
+                continue
+            if target.startswith("socket:["):
+                local, remote = ports.get(int(target[8:-1]), (0, 0))
+                n += remote != 0 and local not in own_ports
+        return n
+
+    return _read_or_none(count)
 
 
 def _read_or_none(read: Any) -> Any:

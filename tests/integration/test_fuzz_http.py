@@ -44,7 +44,7 @@ def test_a_fixed_seed_fuzz_run_passes_every_check(broker_factory, llog_env, tmp_
     # services, stored and refused produces.
     kinds = set(report.by_kind)
     assert {"binary-off-by-one", "json-invalid-utf8", "slow", "pipeline", "get-with-body", "headers",
-            "method", "abort", "post-body"} <= kinds, kinds
+            "method", "abort", "post-body", "admin-valid", "admin-wrong-type", "admin-paths"} <= kinds, kinds
     assert {"200", "400", "405", "408", "411", "413"} <= set(report.by_status), report.by_status
     assert report.storage["acknowledged_records"] > 0 and report.storage["refused"] > 0
     assert set(report.resources) == {"broker", "compactor"}

@@ -12,6 +12,7 @@ import pytest
 
 from loadtest._fuzz.checks import answer_problems
 from loadtest._fuzz.ledger import Ledger
+from loadtest._fuzz.mutate_admin import ADMIN_CASES
 from loadtest._fuzz.mutations import next_case
 from loadtest._fuzz.oracle import Refused, decode_produce
 from loadtest._fuzz.requests import Case, Ctx, ProduceSent, Req, check_binary_encoding, marker_re
@@ -69,6 +70,19 @@ def test_a_seed_replays_the_same_cases() -> None:
     assert cases(5) == cases(5) != cases(6)
 
 
+def test_admin_cases_never_alter_or_delete_the_topic_the_ledger_reads_back() -> None:
+    rng, c = random.Random(11), ctx()
+    destructive = 0
+    for _ in range(3000):
+        _, build = rng.choice(list(ADMIN_CASES.values()))
+        (req,) = build(rng, c).requests
+        segments = req.path.split("?")[0].split("/")
+        if req.method in ("PATCH", "DELETE") or segments[-1] == "delete-records":
+            destructive += 1
+            assert c.topic not in segments, req.data[:200]
+    assert destructive > 300
+
+
 def _case(target: str = "broker") -> Case:
     return Case("k", target, "send", ())
 
@@ -117,7 +131,7 @@ def _ok(start: int, count: int) -> Answer:
 
 
 def test_the_ledger_finds_a_refused_record_stored_and_an_acknowledged_one_missing() -> None:
-    ledger = Ledger(marker_re("x"), max_records=MAX_RECORDS, max_request_bytes=1 << 20)
+    ledger = Ledger(marker_re("x"), max_records=MAX_RECORDS, max_request_bytes=1 << 20, topics={"t": 2})
     a, b, c, d = b"FZx.1.0.a", b"FZx.2.0.b", b"FZx.3.0.c", b"FZx.4.0.d"
     assert ledger.sent(_sent(1, a), _ok(1, 1), processed=True) == []
     ledger.sent(_sent(2, b), _answer(400, {"error": "x", "error_type": "InvalidRequest"}), processed=True)
@@ -131,12 +145,20 @@ def test_the_ledger_finds_a_refused_record_stored_and_an_acknowledged_one_missin
 
 
 def test_the_ledger_flags_a_200_for_a_body_the_contract_refuses_and_a_400_for_one_it_accepts() -> None:
-    ledger = Ledger(marker_re("x"), max_records=MAX_RECORDS, max_request_bytes=1 << 20)
+    ledger = Ledger(marker_re("x"), max_records=MAX_RECORDS, max_request_bytes=1 << 20, topics={"t": 2})
     bad = ProduceSent(1, b'{"topic_partitions": [{"topic": "t", "partition": -1, "records": ["FZx.1.0."]}]}',
                       "application/json", (b"FZx.1.0.",), (("t", 0),))
     assert ledger.sent(bad, _ok(1, 1), processed=True)
     refused = ledger.sent(_sent(2, b"FZx.2.0."), _answer(400, {"error": "x", "error_type": "I"}), processed=True)
     assert refused and "accepts" in refused[0]
+    # A name a mutation made is auto-created with the broker's default count (at least 1):
+    # its partition 0 must be taken, a higher one may be refused.
+    for partition, flagged in ((0, True), (1, False)):
+        other = ProduceSent(3 + partition, json.dumps({"topic_partitions": [
+            {"topic": "u", "partition": partition, "records": [f"FZx.{3 + partition}.0."]}]}).encode(),
+            "application/json", (f"FZx.{3 + partition}.0.".encode(),), (("u", partition),))
+        problems = ledger.sent(other, _answer(400, {"error": "x", "error_type": "I"}), processed=True)
+        assert bool(problems) == flagged, (partition, problems)
 
 
 def test_help() -> None:

@@ -13,6 +13,7 @@ import pytest
 from loadtest._harness.procfs import (
     CpuTimes,
     HostSample,
+    outbound_tcp,
     parse_cpu_times,
     parse_diskstats,
     parse_meminfo_available,
@@ -20,6 +21,7 @@ from loadtest._harness.procfs import (
     parse_pid_stat,
     parse_statm_rss,
     parse_status_rss,
+    parse_tcp_ports,
     physical_disks,
     sample_host,
     sample_process,
@@ -175,3 +177,31 @@ def test_live_host_sample() -> None:
     assert h.mem_available_bytes > 0
     assert h.net_bytes is not None and min(h.net_bytes) >= 0
     assert h.disk_bytes is not None and min(h.disk_bytes) >= 0
+
+
+NET_TCP = """\
+  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1111 1 0 100 0 0 10 0
+   1: 0100007F:1F90 0100007F:D431 01 00000000:00000000 00:00000000 00000000     0        0 2222 1 0 20 4 30 10 -1
+   2: 0100007F:D432 0100007F:2328 01 00000000:00000000 00:00000000 00000000     0        0 3333 1 0 20 4 30 10 -1
+"""
+
+
+def test_tcp_ports_by_socket_inode() -> None:
+    assert parse_tcp_ports(NET_TCP) == {1111: (8080, 0), 2222: (8080, 54321), 3333: (54322, 9000)}
+    with pytest.raises(ValueError):
+        parse_tcp_ports(NET_TCP + "   3: 0100007F 0100007F:2328 01 0 0 0 0 0 4444\n")
+
+
+def test_outbound_tcp_counts_the_connections_a_process_opened_not_those_it_accepted(tmp_path: Path) -> None:
+    base = tmp_path / "4242"
+    (base / "net").mkdir(parents=True)
+    (base / "fd").mkdir()
+    (base / "net" / "tcp").write_text(NET_TCP)
+    (base / "net" / "tcp6").write_text(NET_TCP.splitlines()[0] + "\n")
+    for fd, target in enumerate(("/dev/null", "socket:[1111]", "socket:[2222]", "socket:[3333]", "pipe:[9]",
+                                 "socket:[7777]")):  # 7777: a Unix socket, in no TCP table
+        os.symlink(target, base / "fd" / str(fd))
+    assert outbound_tcp(4242, (8080,), tmp_path) == 1  # 3333 only: 2222 was accepted on 8080, 1111 listens
+    assert outbound_tcp(4242, (), tmp_path) == 2
+    assert outbound_tcp(4243, (), tmp_path) is None  # no such pid
