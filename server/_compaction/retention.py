@@ -1,10 +1,13 @@
 """Retention (SPEC 7.10): move a log's start past the compacted ranges its topic lets go.
 
 A pass over one log reads ``meta/control`` (its log start ``L`` and high
-watermark) and the compaction cursor ``c``, lists the index from ``L``, and
-lets go of whole COMPACTED entries below the cursor, oldest first, while
-either rule of the topic says so (Kafka's rules, on compacted ranges where
-Kafka has segments):
+watermark), the compaction cursor ``c`` and what the log stores
+(``_log/stored.py``: ``StoredSizes`` keeps each log's size between passes
+and reads an index again only past what can have changed), then walks the
+COMPACTED entries from ``L`` below the cursor, oldest first, letting each go
+while either rule of the topic says so (Kafka's rules, on compacted ranges
+where Kafka has segments), and reads the index no further than the first it
+keeps:
 
 - ``retention.ms``: the entry's newest record (``max_timestamp_ms``, or
   ``created_at_ms`` for an entry of the reference system) is older than
@@ -33,13 +36,13 @@ from enum import Enum
 
 from .._catalogue.topic_config import TopicConfig
 from .._errors import VersionConflict
-from .._log.stored import entry_bytes, read_stored
+from .._log.stored import StoredHead, StoredSizes, compacted_from, entry_bytes
 from .._protocol.keys import PartitionKeys
 from .._storage.metastore import MetadataStore
 from .._metrics import LlogMetrics
 from .._runtime import REAL_RUNTIME, Runtime
 
-__all__ = ["RetentionOutcome", "RetentionResult", "apply_retention"]
+__all__ = ["RetentionOutcome", "RetentionResult", "apply_retention", "retain"]
 
 
 class RetentionOutcome(str, Enum):
@@ -69,28 +72,41 @@ class RetentionResult:
 
 def apply_retention(
     meta: MetadataStore, keys: PartitionKeys, config: TopicConfig, *, runtime: Runtime = REAL_RUNTIME,
-    metrics: LlogMetrics | None = None,
+    metrics: LlogMetrics | None = None, sizes: StoredSizes | None = None,
 ) -> RetentionResult:
-    """One pass of SPEC 7.10 over the log of ``keys`` under ``config``."""
+    """One pass of SPEC 7.10 over the log of ``keys`` under ``config``; ``sizes`` keeps the log's
+    stored bytes between passes (without it the index is read whole for them)."""
+    (head,) = (sizes or StoredSizes(meta)).heads([keys])
+    return retain(meta, keys, config, head, runtime=runtime, metrics=metrics)
+
+
+def retain(
+    meta: MetadataStore, keys: PartitionKeys, config: TopicConfig, head: StoredHead | None, *,
+    runtime: Runtime = REAL_RUNTIME, metrics: LlogMetrics | None = None,
+) -> RetentionResult:
+    """:func:`apply_retention` with the log's head already read (``StoredSizes.heads``, for many
+    logs at once). A head read earlier than the pass is safe: the start is written conditionally
+    on its version, a cursor only grows and a total only grows by appends (so an older one lets
+    less go)."""
     tp = keys.tp
-    stored = read_stored(meta, keys)
-    if stored is None:
+    if head is None:
         return RetentionResult(tp.topic, tp.partition, RetentionOutcome.MISSING, 1, 1)
-    control, version, total = stored.control, stored.version, stored.total_bytes
+    control, version, total = head.control, head.version, head.total_bytes
     start = control.log_start_offset
 
     now = runtime.clock.now_ms()
     new_start, dropped = start, 0
-    for first, end, entry in stored.compacted:
-        if first > new_start:
-            break  # not contiguous from the start: never skip over data
-        size = entry_bytes(entry)
-        newest = entry.max_timestamp_ms if entry.max_timestamp_ms is not None else entry.created_at_ms
-        old = config.retention_ms >= 0 and newest < now - config.retention_ms
-        big = config.retention_bytes >= 0 and total - dropped - size >= config.retention_bytes
-        if not config.retains or not (old or big):  # cleanup.policy=compact keeps everything
-            break
-        new_start, dropped = end + 1, dropped + size
+    if config.retains:  # cleanup.policy=compact keeps everything
+        for first, end, entry in compacted_from(meta, keys, start, head.cursor):
+            if first > new_start:
+                break  # not contiguous from the start: never skip over data
+            size = entry_bytes(entry)
+            newest = entry.max_timestamp_ms if entry.max_timestamp_ms is not None else entry.created_at_ms
+            old = config.retention_ms >= 0 and newest < now - config.retention_ms
+            big = config.retention_bytes >= 0 and total - dropped - size >= config.retention_bytes
+            if not (old or big):
+                break
+            new_start, dropped = end + 1, dropped + size
 
     if new_start == start:
         return RetentionResult(tp.topic, tp.partition, RetentionOutcome.KEPT, start, start, total)

@@ -2,8 +2,10 @@
 
 A pass reads each topic's record from the catalogue once (its
 ``retention.ms`` and ``retention.bytes``; a log with no topic record, a
-library user's, keeps everything) and applies
-:func:`~server._compaction.retention.apply_retention` to each of its logs.
+library user's, keeps everything), the control records and cursors of its
+logs 16 to an Oxia request with their stored bytes (``StoredSizes``, kept
+between passes: an index is read again only past what can have changed),
+and applies :func:`~server._compaction.retention.retain` to each.
 A failed log is logged and left for the next pass. The gauges say, per
 log, where its start is and what it holds. The same pass removes deleted
 topics (``topic_removal.py``) and exports each consumer group's lag per log
@@ -20,12 +22,13 @@ from .._catalogue.catalogue import TopicCatalogue
 from .._catalogue.topic_config import TopicConfig
 from .._errors import LlogError
 from .._groups.offsets import GroupOffsets, describe
+from .._log.stored import StoredHead, StoredSizes
 from .._protocol.keys import LogLayout, TopicPartition
 from .._storage.metastore import MetadataStore
 from .._metrics import LlogMetrics
 from .._runtime import REAL_RUNTIME, RandomSource, Runtime
 from .periodic import PeriodicPass
-from .retention import RetentionOutcome, RetentionResult, apply_retention
+from .retention import RetentionOutcome, RetentionResult, retain
 from .topic_removal import remove_deleted_topics
 
 __all__ = ["RetentionRunner"]
@@ -46,6 +49,7 @@ class RetentionRunner(PeriodicPass):
         self._catalogue = TopicCatalogue(meta, layout, runtime=runtime)
         self._groups = GroupOffsets(meta, layout, runtime=runtime)
         self._partitions = partitions
+        self._sizes = StoredSizes(meta)
         super().__init__("llog-compactor-retention", interval_ms, stop, rng)
         self._metrics = metrics
         self._runtime = runtime
@@ -64,20 +68,43 @@ class RetentionRunner(PeriodicPass):
                 self._metrics.set_gauge("consumer_group_lag", r.lag, group=group, topic=r.tp.topic,
                                         partition=str(r.tp.partition))
 
-    def run_once(self) -> list[RetentionResult]:
-        """One pass over every known log; never raises."""
-        results: list[RetentionResult] = []
+    def _logs(self) -> list[tuple[TopicPartition, TopicConfig, StoredHead | None]]:
+        """Every known log of a topic with a record, with its config and head; a log whose reads
+        failed is logged and left for the next pass."""
         configs: dict[str, TopicConfig | None] = {}
+        logs: list[tuple[TopicPartition, TopicConfig]] = []
         for tp in self._partitions():
             try:
                 if tp.topic not in configs:
                     record = self._catalogue.get(tp.topic)
                     configs[tp.topic] = None if record is None else record.config
-                config = configs[tp.topic]
-                if config is None:
-                    continue
-                result = apply_retention(self._meta, self._layout.keys(tp), config, runtime=self._runtime,
-                                         metrics=self._metrics)
+            except LlogError as exc:
+                log.warning("retention of %s failed: %s", tp, exc)
+                self._metrics.inc("retention_errors_total")
+                continue
+            config = configs[tp.topic]
+            if config is not None:
+                logs.append((tp, config))
+        try:
+            heads = self._sizes.heads([self._layout.keys(tp) for tp, _ in logs])
+        except LlogError:  # one log at a time, so a log that fails is the only one left out
+            out = []
+            for tp, config in logs:
+                try:
+                    out.append((tp, config, self._sizes.heads([self._layout.keys(tp)])[0]))
+                except LlogError as exc:
+                    log.warning("retention of %s failed: %s", tp, exc)
+                    self._metrics.inc("retention_errors_total")
+            return out
+        return [(tp, config, head) for (tp, config), head in zip(logs, heads)]
+
+    def run_once(self) -> list[RetentionResult]:
+        """One pass over every known log; never raises."""
+        results: list[RetentionResult] = []
+        for tp, config, head in self._logs():
+            try:
+                result = retain(self._meta, self._layout.keys(tp), config, head, runtime=self._runtime,
+                                metrics=self._metrics)
             except LlogError as exc:
                 log.warning("retention of %s failed: %s", tp, exc)
                 self._metrics.inc("retention_errors_total")

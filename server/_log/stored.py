@@ -10,8 +10,10 @@ compacted, and its bytes are counted in the COMPACTED entry that covers it
 (DeleteRecords puts ``L`` anywhere, 7.13); it counts whole, as a Kafka
 segment holding the log start does.
 
-Retention decides from this what may go; DescribeLogDirs reports the total
-as a partition's size (``StoredSizes``: many logs at once).
+DescribeLogDirs reports the total as a partition's size and retention weighs
+it (``StoredSizes``: many logs at once, each index read again only past what
+can have changed, so a pass over logs holding a week of data does not read
+every index whole).
 """
 
 from __future__ import annotations
@@ -20,13 +22,13 @@ import threading
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from .._protocol.keys import PartitionKeys
 from .._protocol.records import CompactionCursor, ControlRecord, EntryType, IndexEntry
 from .._storage.metastore import MetadataStore
 
-__all__ = ["StoredLog", "StoredSizes", "entry_bytes", "read_stored"]
+__all__ = ["StoredHead", "StoredLog", "StoredSizes", "compacted_from", "entry_bytes", "read_stored"]
 
 
 def entry_bytes(entry: IndexEntry) -> int:
@@ -73,6 +75,40 @@ def read_stored(meta: MetadataStore, keys: PartitionKeys) -> StoredLog | None:
     return StoredLog(control, rec.version, cursor, total, tuple(compacted))
 
 
+WINDOW = 8
+"""``compacted_from``'s first range scan spans this many times the first entry's offsets."""
+
+
+def compacted_from(meta: MetadataStore, keys: PartitionKeys, start: int, cursor: int
+                   ) -> Iterator[tuple[int, int, IndexEntry]]:
+    """The COMPACTED entries ending at or above ``start`` and below ``cursor``, in offset order,
+    as ``(first, end, entry)`` (``StoredLog.compacted`` of the same log), read as they are asked
+    for: the first with one CEILING get, the rest in range scans whose span of offsets starts
+    at ``WINDOW`` times the first entry's and grows fourfold. A range scan hands over its
+    rows in batches of up to a thousand, each decoded whole by the client; so a caller that
+    stops after ``k`` entries reads about ``k`` rows, not the index, in a few requests."""
+    if cursor <= start:
+        return
+    rec = meta.ceiling(keys.index(start), keys.partition_key)
+    end = None if rec is None else keys.index_offset(rec.key)  # not this log's index: no entry from start
+    if rec is None or end is None or end >= cursor:
+        return
+    entry = IndexEntry.decode(rec.value)
+    if entry.type == EntryType.COMPACTED:
+        yield entry.start_offset(end), end, entry
+    low, span = end + 1, max(1, entry.msg_count) * WINDOW
+    while low < cursor:
+        high = min(cursor, low + span)
+        for row in meta.range_scan(keys.index(low), keys.index(high), keys.partition_key):
+            end = keys.index_offset(row.key)
+            if end is None or not low <= end < high:
+                continue
+            entry = IndexEntry.decode(row.value)
+            if entry.type == EntryType.COMPACTED:
+                yield entry.start_offset(end), end, entry
+        low, span = high, span * 4
+
+
 @dataclass(frozen=True)
 class _Sized:
     """What ``StoredSizes`` keeps of a log it sized."""
@@ -86,6 +122,19 @@ class _Sized:
     scanned_to: int
     """The index was read up to this offset."""
     total: int
+
+
+@dataclass(frozen=True)
+class StoredHead:
+    """A log's control record, compaction cursor and stored bytes, without its index."""
+
+    control: ControlRecord
+    version: int
+    """``meta/control``'s version, for a write conditional on it."""
+    cursor: int
+    """The compaction cursor (1 when absent)."""
+    total_bytes: int
+    """Stored bytes from the entry holding the log start on."""
 
 
 class StoredSizes:
@@ -115,33 +164,38 @@ class StoredSizes:
 
     def sizes(self, keys: Sequence[PartitionKeys]) -> list[int]:
         """Each log's ``total_bytes`` (0 when it is not initialized), in order."""
+        return [0 if head is None else head.total_bytes for head in self.heads(keys)]
+
+    def heads(self, keys: Sequence[PartitionKeys]) -> list[StoredHead | None]:
+        """Each log's :class:`StoredHead` (None when it is not initialized), in order."""
         chunks = [keys[i:i + self.CHUNK] for i in range(0, len(keys), self.CHUNK)]
         if len(chunks) <= 1:
-            return [n for chunk in chunks for n in self._chunk(chunk)]
+            return [head for chunk in chunks for head in self._chunk(chunk)]
         with ThreadPoolExecutor(min(len(chunks), self.THREADS), thread_name_prefix="llog-stored") as pool:
-            return [n for sized in pool.map(self._chunk, chunks) for n in sized]
+            return [head for sized in pool.map(self._chunk, chunks) for head in sized]
 
-    def _chunk(self, keys: Sequence[PartitionKeys]) -> list[int]:
+    def _chunk(self, keys: Sequence[PartitionKeys]) -> list[StoredHead | None]:
         got = self._meta.get_many([item for k in keys for item in (
             (k.control, k.partition_key), (k.compaction_cursor, k.partition_key))])
-        out = []
+        out: list[StoredHead | None] = []
         for i, k in enumerate(keys):
             rec, cursor_rec = got[2 * i], got[2 * i + 1]
             if rec is None:
-                out.append(0)
+                out.append(None)
                 continue
             stamp = (rec.version, -1 if cursor_rec is None else cursor_rec.version)
+            control = ControlRecord.decode(rec.value)
+            cursor = 1 if cursor_rec is None else CompactionCursor.decode(cursor_rec.value).offset
             with self._lock:
                 kept = self._kept.get(k.control)
             if kept is None or kept.stamp != stamp:
-                kept = self._size(k, stamp, ControlRecord.decode(rec.value).log_start_offset,
-                                  1 if cursor_rec is None else CompactionCursor.decode(cursor_rec.value).offset, kept)
+                kept = self._size(k, stamp, control.log_start_offset, cursor, kept)
             with self._lock:
                 self._kept[k.control] = kept
                 self._kept.move_to_end(k.control)
                 while len(self._kept) > self.KEPT:
                     self._kept.popitem(last=False)
-            out.append(kept.total)
+            out.append(StoredHead(control, rec.version, cursor, kept.total))
         return out
 
     def _size(self, keys: PartitionKeys, stamp: tuple[int, int], start: int, cursor: int,

@@ -18,11 +18,14 @@ from dataclasses import dataclass, field
 
 from server._config import OxiaConfig, ProducerStateConfig, S3Config
 from server._log.producer_ids import ProducerIds
-from server._compaction.retention import apply_retention
+from server._compaction.retention import RetentionOutcome, RetentionResult, apply_retention
+from server._catalogue.topic_config import TopicConfig
+from server._log.stored import StoredSizes
 from server._log.log_start import delete_records
 from server._log.retire import retire_log, revive_log
 from server._protocol.constants import VACUUM_GRACE_MS
 from server._protocol.keys import LogLayout, TopicPartition
+from server._protocol.records import CompactionCursor
 from server.leaderless_log_compactor import LeaderlessLogCompactor
 from server.leaderless_log_reader import LeaderlessLogReader
 from server.leaderless_log_vacuum import Vacuum
@@ -151,6 +154,19 @@ def run_seed(seed: int, config: SimConfig | None = None) -> RunResult:
     sim_meta = SimMetadataStore(meta, sched, checker.note_meta_write)
     sim_objects = SimObjectStore(objects, sched, checker.note_object_write)
     parts = {"metadata_store": sim_meta, "object_store": sim_objects, "runtime": runtime}
+    kept_sizes = StoredSizes(sim_meta)  # the retention runner's: sizes kept between its passes
+
+    def retain(tp: tuple[str, int], config: TopicConfig) -> RetentionResult:
+        keys = LAYOUT.keys(TopicPartition(*tp))
+        result = apply_retention(sim_meta, keys, config, runtime=runtime, sizes=kept_sizes)
+        if result.outcome is RetentionOutcome.ADVANCED:  # SPEC 7.10: only compacted ranges go
+            got = meta.get(keys.compaction_cursor, keys.partition_key)
+            cursor = 1 if got is None else CompactionCursor.decode(got.value).offset
+            if result.log_start_offset > cursor:
+                history.violations.append(
+                    f"retention{tp} moved the log start to {result.log_start_offset}, past the compaction "
+                    f"cursor {cursor}: it let records go that were not compacted")
+        return result
 
     world = _actors.World(
         sched=sched, clock=clock, history=history, tps=tps,
@@ -161,7 +177,7 @@ def run_seed(seed: int, config: SimConfig | None = None) -> RunResult:
         new_vacuum=lambda: Vacuum(OXIA, S3, grace_ms=GRACE_MS, allow_unsafe_grace=True,  # tests try unsafe ones
                                    **parts),
         grace_ms=GRACE_MS,
-        retain=lambda tp, cfg: apply_retention(sim_meta, LAYOUT.keys(TopicPartition(*tp)), cfg, runtime=runtime),
+        retain=retain,
         delete_records=lambda tp, before: delete_records(sim_meta, LAYOUT.keys(TopicPartition(*tp)), before,
                                                          runtime=runtime),
         retire=lambda tp: retire_log(sim_meta, LAYOUT.keys(TopicPartition(*tp)), runtime.clock.now_ms()),

@@ -236,3 +236,141 @@ def test_sizes_kept_between_calls_equal_a_fresh_read_through_appends_compaction_
                 assert scans == [keys[p].index(low)], (seed, step, scans)
             else:  # one log changed: only its index is read
                 assert all(k.startswith(keys[p].index_prefix) for k in scans) and len(scans) <= 1, scans
+
+
+def _reference_start(meta, keys, config: TopicConfig, now_ms: int) -> int:
+    """Where SPEC 7.10 puts the log start, decided from one whole read of the index (``read_stored``)."""
+    stored = read_stored(meta, keys)
+    new_start, dropped = stored.control.log_start_offset, 0
+    for first, end, entry in stored.compacted:
+        size = entry_bytes(entry)
+        newest = entry.max_timestamp_ms if entry.max_timestamp_ms is not None else entry.created_at_ms
+        old = config.retention_ms >= 0 and newest < now_ms - config.retention_ms
+        big = config.retention_bytes >= 0 and stored.total_bytes - dropped - size >= config.retention_bytes
+        if first > new_start or not config.retains or not (old or big):
+            break
+        new_start, dropped = end + 1, dropped + size
+    return new_start
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_retention_with_sizes_kept_between_passes_moves_the_start_where_a_whole_read_does(
+        stores, seed):  # noqa: F811
+    """Random appends, compactions, DeleteRecords, vacuum and retention passes under drawn configs
+    on three logs: each pass (``StoredSizes`` kept between passes, the walk stopping at the first
+    entry kept) lands the start where a decision from the whole index does."""
+    import random
+    import time
+
+    rng = random.Random(seed)
+    meta = stores[0]
+    keys = [LogLayout("llog").partition("orders", p) for p in range(3)]
+    sizes = StoredSizes(meta)
+    clock = StepClock(int(time.time() * 1000) + 3_600_000)  # every record older than the pass by an hour
+    passes = moved = 0
+    with make(stores, LeaderlessLogWriter) as w, \
+            make(stores, LeaderlessLogCompactor, max_offsets_per_run=rng.choice((2, 3, 5))) as c, \
+            make(stores, Vacuum, grace_ms=0, allow_unsafe_grace=True) as v:
+        for p in range(3):
+            w.initialize_partition("orders", p)
+        for step in range(80):
+            p = rng.randrange(3)
+            op = rng.choice(("append", "append", "append", "compact", "compact", "delete", "vacuum", "retain",
+                             "retain"))
+            if op == "append":
+                w.append_shared([SharedAppendGroup("orders", p, [Record(b"v" * rng.randrange(1, 300))
+                                                                 for _ in range(rng.randrange(1, 4))])])
+            elif op == "compact":
+                c.compact_once("orders", p)
+            elif op == "delete" and rng.random() < 0.3:
+                ctl = ControlRecord.decode(meta.get(keys[p].control, keys[p].partition_key).value)
+                delete_records(meta, keys[p], rng.randrange(ctl.log_start_offset, ctl.sequence_counter + 1))
+            elif op == "vacuum":
+                v.run_once()
+            elif op == "retain":
+                config = TopicConfig(retention_ms=rng.choice((-1, -1, 0, 10**12)),
+                                     retention_bytes=rng.choice((-1, 0, rng.randrange(0, 1500))))
+                expected = _reference_start(meta, keys[p], config, clock.now)
+                result = apply_retention(meta, keys[p], config, sizes=sizes, runtime=stepped_runtime(clock))
+                assert result.log_start_offset == expected, f"seed {seed} step {step}: {result} vs {expected}"
+                passes += 1
+                moved += result.log_start_offset > result.previous_log_start
+    assert passes > 5 and moved > 0
+
+
+def test_a_retention_pass_over_an_unchanged_log_reads_the_index_up_to_the_first_entry_it_keeps(
+        stores):  # noqa: F811
+    build(stores, compact=3)  # COMPACTED 1-3, 4-6, 7-9; WAL 10-12
+    meta = stores[0]
+    rows: list[str] = []  # index rows read, by a range scan or a CEILING get
+    scan, ceiling = meta.range_scan, meta.ceiling
+
+    def counted(lo, hi, pk):
+        for row in scan(lo, hi, pk):
+            rows.append(row.key)
+            yield row
+
+    def counted_ceiling(key, pk):
+        rec = ceiling(key, pk)
+        rows.append(rec.key)
+        return rec
+
+    meta.range_scan, meta.ceiling = counted, counted_ceiling  # type: ignore[method-assign]
+    sizes = StoredSizes(meta)
+    keep_all = TopicConfig(retention_ms=10**12)
+    assert apply_retention(meta, KEYS, keep_all, sizes=sizes).outcome.value == "kept"
+    assert len(rows) == 4 + 1  # sizing the log: its 4 entries; the walk: the first
+    rows.clear()
+    assert apply_retention(meta, KEYS, keep_all, sizes=sizes).outcome.value == "kept"
+    assert rows == [KEYS.index(3)]  # nothing changed: the first entry only
+    rows.clear()
+    result = apply_retention(meta, KEYS, TopicConfig(retention_ms=10**12, retention_bytes=1), sizes=sizes)
+    assert (result.previous_log_start, result.log_start_offset) == (1, 10)  # the WAL entry holds a byte
+    assert rows == [KEYS.index(3), KEYS.index(6), KEYS.index(9)]  # no further than the cursor (10)
+    big = entry_bytes(IndexEntry.decode(meta.get(KEYS.index(12), KEYS.partition_key).value))
+    with make(stores, LeaderlessLogCompactor, max_offsets_per_run=3) as c:
+        assert c.compact_once("orders", 0).outcome is CompactionOutcome.COMPACTED  # 10-12, cursor 13
+    rows.clear()
+    result = apply_retention(meta, KEYS, TopicConfig(retention_ms=10**12, retention_bytes=big + 1), sizes=sizes)
+    assert result.outcome.value == "kept" and result.log_start_offset == 10
+    assert rows == [KEYS.index(12), KEYS.index(12)]  # sizing from the old cursor on, then the walk's first
+
+
+def test_the_walk_reads_the_index_in_windows_growing_from_the_first_entry(stores):  # noqa: F811
+    """``compacted_from`` over a long index: a caller stopping after ``k`` entries has read about
+    ``k`` rows; one reading to the end gets every COMPACTED entry below the cursor, in order, as a
+    whole read does."""
+    from server._log.stored import WINDOW, compacted_from
+    from server._protocol.records import CompactionCursor
+
+    meta = stores[0]
+    n = 300
+    for i in range(n):  # ranges of 2 offsets; a redundant WAL entry inside every tenth
+        end = 2 * i + 2
+        meta.put(KEYS.index(end), IndexEntry(EntryType.COMPACTED, 2, f"c{i}", "kafka-batch-v2", None, None, 1,
+                                             size_bytes=10).encode(), KEYS.partition_key)
+        if i % 10 == 0:
+            meta.put(KEYS.index(end - 1), IndexEntry(EntryType.WAL, 1, "w", "kafka-batch-v2", 0, 5, 1).encode(),
+                     KEYS.partition_key)
+    meta.put(KEYS.compaction_cursor, CompactionCursor(2 * n + 1).encode(), KEYS.partition_key)
+    meta.put(LogLayout("llog").partition("orders", 1).index(1), b"{}", "other")  # another log's, after ours
+    rows: list[str] = []
+    scan = meta.range_scan
+
+    def counted(lo, hi, pk):
+        for row in scan(lo, hi, pk):
+            rows.append(row.key)
+            yield row
+
+    meta.range_scan = counted  # type: ignore[method-assign]
+    assert [(first, end) for first, end, _ in compacted_from(meta, KEYS, 1, 2 * n + 1)] == [
+        (2 * i + 1, 2 * i + 2) for i in range(n)]
+    assert len(set(rows)) == len(rows)  # no row read twice
+    for k in (1, 5, 20, 100):
+        rows.clear()
+        walk = compacted_from(meta, KEYS, 1, 2 * n + 1)
+        got = [next(walk) for _ in range(k)]
+        assert got[-1][1] == 2 * k
+        assert len(rows) <= 4 * max(k, WINDOW) * 11 // 10, (k, len(rows))  # about k, whatever the index holds
+    assert list(compacted_from(meta, KEYS, 2 * n - 3, 2 * n + 1)) and not list(compacted_from(meta, KEYS, 5, 5))
+    assert [e for _, e, _ in compacted_from(meta, KEYS, 2 * n - 3, 2 * n - 1)] == [2 * n - 2]

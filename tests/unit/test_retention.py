@@ -217,3 +217,33 @@ def test_a_compact_topic_keeps_every_record_and_compact_delete_retains(stores):
     assert (result.outcome, result.log_start_offset) == (RetentionOutcome.KEPT, 1) and result.retained_bytes > 0
     both = TopicConfig(retention_ms=7 * DAY, cleanup_policy="compact,delete")
     assert apply_retention(stores[0], KEYS, both).log_start_offset == 7
+
+
+def test_the_services_pass_leaves_out_only_the_log_whose_reads_fail(stores):
+    import threading
+
+    from server._catalogue.catalogue import TopicCatalogue
+    from server._compaction.retention_runner import RetentionRunner
+    from server._metrics import LlogMetrics
+    from server._protocol.keys import TopicPartition
+    from server._runtime import REAL_RUNTIME
+
+    meta, _ = stores
+    build(stores, [10, 10, 0])  # orders/0: three compacted ranges, two of them 10 days old
+    with make(stores, LeaderlessLogWriter) as w:
+        w.initialize_partition("orders", 1)
+        w.append_shared([SharedAppendGroup("orders", 1, [Record(b"old", timestamp_ms=NOW - 10 * DAY)])])
+    with make(stores, LeaderlessLogCompactor) as c:
+        assert c.compact_once("orders", 1).outcome is CompactionOutcome.COMPACTED
+    TopicCatalogue(meta, LogLayout("llog")).create("orders", 2, {"retention.ms": str(DAY)})
+    metrics = LlogMetrics()
+    tps = [TopicPartition("orders", 0), TopicPartition("orders", 1)]
+    runner = RetentionRunner(meta, LogLayout("llog"), lambda: tps, 0, threading.Event(), REAL_RUNTIME.rng, metrics)
+    # Sizing orders/1 fails, in the pass over both logs and again alone: only it waits for the next pass.
+    meta.fail_next("range_scan", times=2, key_contains="orders/partitions/1/index")
+    results = runner.run_once()
+    assert [(r.partition, r.outcome, r.log_start_offset) for r in results] == [(0, RetentionOutcome.ADVANCED, 7)]
+    assert metrics.counter("retention_errors_total") == 1
+    results = runner.run_once()
+    assert [(r.partition, r.outcome, r.log_start_offset) for r in results] == [
+        (0, RetentionOutcome.KEPT, 7), (1, RetentionOutcome.ADVANCED, 2)]

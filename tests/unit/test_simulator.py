@@ -201,3 +201,22 @@ def test_a_reservation_whose_reply_was_lost_caches_what_oxia_holds_seed_2805():
     version, so its next reservation wrote the log start back to 1 (8.1, invariant 10)."""
     result = run_seed(2805)
     assert result.order_hash  # ran to its end: every step's invariants held
+
+
+def test_a_retention_that_lets_uncompacted_records_go_is_caught(monkeypatch):
+    """Retention walking past the compaction cursor, WAL entries and all, moves the log start
+    over records no compacted range holds (SPEC 7.10): the simulator must say so."""
+    import server._compaction.retention as retention_module
+    from server._protocol.records import IndexEntry
+
+    def every_entry(meta, keys, start, cursor):
+        for row in meta.range_scan(keys.index(start), keys.index_end, keys.partition_key):
+            end = keys.index_offset(row.key)
+            if end is not None and end >= start:
+                entry = IndexEntry.decode(row.value)
+                yield entry.start_offset(end), end, entry
+
+    monkeypatch.setattr(retention_module, "compacted_from", every_entry)
+    failure = first_failure(range(200))
+    assert failure is not None, "a retention that drops uncompacted records went unnoticed"
+    assert "past the compaction cursor" in failure.reason, failure.reason
