@@ -100,6 +100,13 @@ class RetentionRunner(PeriodicPass):
 
     def run_once(self) -> list[RetentionResult]:
         """One pass over every known log; never raises."""
+        started = self._runtime.clock.perf_counter()
+        try:
+            return self._pass()
+        finally:
+            self._metrics.observe("retention_pass_seconds", self._runtime.clock.perf_counter() - started)
+
+    def _pass(self) -> list[RetentionResult]:
         results: list[RetentionResult] = []
         for tp, config, head in self._logs():
             try:

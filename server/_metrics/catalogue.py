@@ -219,6 +219,7 @@ _VACUUM = (
 
 _RETENTION = (
     _c("retention_passes_total", "Retention passes over every known log"),
+    _h("retention_pass_seconds", "Retention pass time: every known log, then deleted topics and groups' lag"),
     _c("retention_advances_total", "Log starts moved by retention"),
     _c("retention_dropped_bytes_total", "Stored bytes let go by retention (deleted by vacuum a grace period later)"),
     _c("retention_errors_total", "Logs a retention pass could not handle"),

@@ -247,3 +247,4 @@ def test_the_services_pass_leaves_out_only_the_log_whose_reads_fail(stores):
     results = runner.run_once()
     assert [(r.partition, r.outcome, r.log_start_offset) for r in results] == [
         (0, RetentionOutcome.KEPT, 7), (1, RetentionOutcome.ADVANCED, 2)]
+    assert metrics.histogram("retention_pass_seconds").count == 2
