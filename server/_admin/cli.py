@@ -3,6 +3,10 @@
     llog-admin topics create orders --partitions 12 --config retention.ms=604800000
     llog-admin topics list
     llog-admin topics describe orders --json
+    llog-admin topics describe orders --partitions
+                                            (each partition's log start, high
+                                            watermark, compaction cursor and
+                                            stored bytes, in llog's offsets)
     llog-admin topics alter orders --config retention.bytes=1073741824 --partitions 16
     llog-admin topics delete orders
     llog-admin topics delete-records orders --partition 0 --before 1000
@@ -35,6 +39,7 @@ from .._groups.offsets import GroupOffsets, describe
 from .._log.initialize import initialize_log
 from .._log.log_start import delete_records
 from .._log.retire import revive_log
+from .._log.stored import StoredSizes
 from .._protocol.keys import LogLayout, TopicPartition
 from .._settings import environment_help
 from .._storage.metastore import MetadataStore, OxiaMetadataStore
@@ -71,6 +76,9 @@ def _parser() -> argparse.ArgumentParser:
     d = cmd.add_parser("describe", help="one topic, with its config")
     d.add_argument("name")
     d.add_argument("--json", action="store_true", help="print JSON")
+    d.add_argument("--partitions", action="store_true",
+                   help="and each partition: its log start, high watermark, compaction cursor (the first offset "
+                        "not yet compacted) and stored bytes, in llog's offsets (from 1; Kafka's are one less)")
     a = cmd.add_parser("alter", help="change config keys and/or grow the partition count")
     a.add_argument("name")
     a.add_argument("--config", type=_config_pair, action="append", default=[], metavar="KEY=VALUE", help=config_help)
@@ -117,7 +125,19 @@ def run(args: argparse.Namespace, catalogue: TopicCatalogue, meta: MetadataStore
         return [json.dumps([t.to_json() for t in topics], indent=2)] if args.json else [_line(t) for t in topics]
     if args.command == "describe":
         t = catalogue.describe(args.name)
-        return [json.dumps(t.to_json(), indent=2)] if args.json else [_line(t)]
+        states = _partition_states(t, catalogue, meta) if args.partitions else None
+        if args.json:
+            doc = t.to_json()
+            if states is not None:
+                doc["partition_states"] = states
+            return [json.dumps(doc, indent=2)]
+        if states is None:
+            return [_line(t)]
+        head = f"{'PARTITION':>9} {'LOG-START':>12} {'HIGH-WATERMARK':>14} {'COMPACTED-BELOW':>15} {'STORED-BYTES':>14}  STATE"
+        return [_line(t), head] + [
+            f"{s['partition']:>9} {'-':>12} {'-':>14} {'-':>15} {'-':>14}  not initialized" if s["state"] is None else
+            f"{s['partition']:>9} {s['log_start_offset']:>12} {s['high_watermark']:>14} {s['compaction_cursor']:>15} "
+            f"{s['stored_bytes']:>14}  {s['state']}" for s in states]
     if args.command == "alter":
         t = catalogue.alter_config(args.name, dict(args.config)) if args.config else catalogue.describe(args.name)
         if args.partitions is not None:
@@ -127,6 +147,16 @@ def run(args: argparse.Namespace, catalogue: TopicCatalogue, meta: MetadataStore
         return [_delete_records(args, catalogue, meta)]
     t = catalogue.delete(args.name)
     return [f"{t.name} is being deleted (topic_id {t.topic_id}); produce and consume now answer it as unknown"]
+
+
+def _partition_states(t: TopicRecord, catalogue: TopicCatalogue, meta: MetadataStore | None) -> list[dict]:
+    """Each partition's control record, cursor and stored bytes (``StoredSizes``: 16 to an Oxia read)."""
+    assert meta is not None
+    heads = StoredSizes(meta).heads([catalogue.layout.keys(TopicPartition(t.name, p)) for p in range(t.partitions)])
+    return [{"partition": p, "state": None} if h is None else {
+        "partition": p, "state": h.control.log_state.value, "log_start_offset": h.control.log_start_offset,
+        "high_watermark": h.control.high_watermark, "compaction_cursor": h.cursor, "stored_bytes": h.total_bytes,
+    } for p, h in enumerate(heads)]
 
 
 def _delete_records(args: argparse.Namespace, catalogue: TopicCatalogue, meta: MetadataStore | None) -> str:

@@ -115,6 +115,9 @@ def test_llog_admin_manages_topics(llog_env, unique_topic):
     described = json.loads(admin("describe", unique_topic, "--json").stdout)
     assert described["config"]["retention.ms"] == "3600000" and described["state"] == "ACTIVE"
     assert "partitions=6" in admin("alter", unique_topic, "--partitions", "6").stdout
+    states = json.loads(admin("describe", unique_topic, "--partitions", "--json").stdout)["partition_states"]
+    assert [(s["partition"], s["state"], s["log_start_offset"], s["high_watermark"], s["stored_bytes"])
+            for s in states] == [(p, "OPEN", 1, 0, 0) for p in range(6)]  # every partition initialized, empty
     refused = admin("create", unique_topic)
     assert refused.returncode == 1 and "already exists" in refused.stderr
     assert admin("delete", unique_topic).returncode == 0

@@ -72,3 +72,27 @@ def test_usage_errors_exit_2(argv, capsys):
     with pytest.raises(SystemExit) as exit_:
         parse_args(argv)
     assert exit_.value.code == 2
+
+
+def test_describe_partitions_shows_each_logs_start_end_cursor_and_size(catalogue):
+    from server._log.stored import read_stored
+
+    cli(catalogue, "create", "orders", "--partitions", "3")
+    with LeaderlessLogWriter(OxiaConfig("fake:1", root_prefix="llog"), S3Config("llog"),
+                             metadata_store=catalogue._meta, object_store=InMemoryObjectStore()) as w:
+        w.append_shared([SharedAppendGroup("orders", 0, [b"a", b"b", b"c", b"d"])])
+        w.append_shared([SharedAppendGroup("orders", 1, [b"e"])])
+    cli(catalogue, "delete-records", "orders", "--partition", "0", "--before", "3")
+    catalogue._meta.delete("llog/orders/partitions/2/meta/control", "orders:2")  # as if never initialized
+    lines = cli(catalogue, "describe", "orders", "--partitions")
+    assert lines[0].startswith("orders\tpartitions=3") and lines[1].split() == [
+        "PARTITION", "LOG-START", "HIGH-WATERMARK", "COMPACTED-BELOW", "STORED-BYTES", "STATE"]
+    size = read_stored(catalogue._meta, LAYOUT.partition("orders", 0)).total_bytes
+    assert lines[2].split() == ["0", "3", "4", "1", str(size), "OPEN"] and size > 0
+    assert lines[3].split()[:3] == ["1", "1", "1"]
+    assert lines[4].split() == ["2", "-", "-", "-", "-", "not", "initialized"]
+    doc = json.loads(cli(catalogue, "describe", "orders", "--partitions", "--json")[0])
+    assert doc["partition_states"][0] == {"partition": 0, "state": "OPEN", "log_start_offset": 3, "high_watermark": 4,
+                                          "compaction_cursor": 1, "stored_bytes": size}
+    assert doc["partition_states"][2] == {"partition": 2, "state": None}
+    assert "partition_states" not in json.loads(cli(catalogue, "describe", "orders", "--json")[0])
