@@ -26,7 +26,7 @@ from typing import Iterator, Sequence
 
 from .._protocol.keys import PartitionKeys
 from .._protocol.records import CompactionCursor, ControlRecord, EntryType, IndexEntry
-from .._storage.metastore import MetadataStore
+from .._storage.metastore import MetadataStore, Record
 
 __all__ = ["StoredHead", "StoredLog", "StoredSizes", "compacted_from", "entry_bytes", "read_stored"]
 
@@ -164,38 +164,43 @@ class StoredSizes:
 
     def sizes(self, keys: Sequence[PartitionKeys]) -> list[int]:
         """Each log's ``total_bytes`` (0 when it is not initialized), in order."""
-        return [0 if head is None else head.total_bytes for head in self.heads(keys)]
+        return [0 if got is None else got[1].total for got in self._read(keys)]
 
     def heads(self, keys: Sequence[PartitionKeys]) -> list[StoredHead | None]:
         """Each log's :class:`StoredHead` (None when it is not initialized), in order."""
+        return [None if got is None else StoredHead(ControlRecord.decode(got[0].value), got[0].version,
+                                                    got[1].cursor, got[1].total)
+                for got in self._read(keys)]
+
+    def _read(self, keys: Sequence[PartitionKeys]) -> list[tuple[Record, _Sized] | None]:
         chunks = [keys[i:i + self.CHUNK] for i in range(0, len(keys), self.CHUNK)]
         if len(chunks) <= 1:
-            return [head for chunk in chunks for head in self._chunk(chunk)]
+            return [got for chunk in chunks for got in self._chunk(chunk)]
         with ThreadPoolExecutor(min(len(chunks), self.THREADS), thread_name_prefix="llog-stored") as pool:
-            return [head for sized in pool.map(self._chunk, chunks) for head in sized]
+            return [got for sized in pool.map(self._chunk, chunks) for got in sized]
 
-    def _chunk(self, keys: Sequence[PartitionKeys]) -> list[StoredHead | None]:
+    def _chunk(self, keys: Sequence[PartitionKeys]) -> list[tuple[Record, _Sized] | None]:
+        """Each log's control record as read now and what is kept of it (sized again if it changed)."""
         got = self._meta.get_many([item for k in keys for item in (
             (k.control, k.partition_key), (k.compaction_cursor, k.partition_key))])
-        out: list[StoredHead | None] = []
+        out: list[tuple[Record, _Sized] | None] = []
         for i, k in enumerate(keys):
             rec, cursor_rec = got[2 * i], got[2 * i + 1]
             if rec is None:
                 out.append(None)
                 continue
             stamp = (rec.version, -1 if cursor_rec is None else cursor_rec.version)
-            control = ControlRecord.decode(rec.value)
-            cursor = 1 if cursor_rec is None else CompactionCursor.decode(cursor_rec.value).offset
             with self._lock:
                 kept = self._kept.get(k.control)
             if kept is None or kept.stamp != stamp:
-                kept = self._size(k, stamp, control.log_start_offset, cursor, kept)
+                kept = self._size(k, stamp, ControlRecord.decode(rec.value).log_start_offset,
+                                  1 if cursor_rec is None else CompactionCursor.decode(cursor_rec.value).offset, kept)
             with self._lock:
                 self._kept[k.control] = kept
                 self._kept.move_to_end(k.control)
                 while len(self._kept) > self.KEPT:
                     self._kept.popitem(last=False)
-            out.append(StoredHead(control, rec.version, cursor, kept.total))
+            out.append((rec, kept))
         return out
 
     def _size(self, keys: PartitionKeys, stamp: tuple[int, int], start: int, cursor: int,
