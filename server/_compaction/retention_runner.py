@@ -68,6 +68,11 @@ class RetentionRunner(PeriodicPass):
                 self._metrics.set_gauge("consumer_group_lag", r.lag, group=group, topic=r.tp.topic,
                                         partition=str(r.tp.partition))
 
+    def _failed(self, tp: TopicPartition, exc: LlogError) -> None:
+        """A log this pass leaves for the next."""
+        log.warning("retention of %s failed: %s", tp, exc)
+        self._metrics.inc("retention_errors_total")
+
     def _logs(self) -> list[tuple[TopicPartition, TopicConfig, StoredHead | None]]:
         """Every known log of a topic with a record, with its config and head; a log whose reads
         failed is logged and left for the next pass."""
@@ -79,8 +84,7 @@ class RetentionRunner(PeriodicPass):
                     record = self._catalogue.get(tp.topic)
                     configs[tp.topic] = None if record is None else record.config
             except LlogError as exc:
-                log.warning("retention of %s failed: %s", tp, exc)
-                self._metrics.inc("retention_errors_total")
+                self._failed(tp, exc)
                 continue
             config = configs[tp.topic]
             if config is not None:
@@ -93,8 +97,7 @@ class RetentionRunner(PeriodicPass):
                 try:
                     out.append((tp, config, self._sizes.heads([self._layout.keys(tp)])[0]))
                 except LlogError as exc:
-                    log.warning("retention of %s failed: %s", tp, exc)
-                    self._metrics.inc("retention_errors_total")
+                    self._failed(tp, exc)
             return out
         return [(tp, config, head) for (tp, config), head in zip(logs, heads)]
 
@@ -113,8 +116,7 @@ class RetentionRunner(PeriodicPass):
                 result = retain(self._meta, self._layout.keys(tp), config, head, runtime=self._runtime,
                                 metrics=self._metrics)
             except LlogError as exc:
-                log.warning("retention of %s failed: %s", tp, exc)
-                self._metrics.inc("retention_errors_total")
+                self._failed(tp, exc)
                 continue
             results.append(result)
             if result.outcome is RetentionOutcome.MISSING:

@@ -1,12 +1,11 @@
-"""What a log stores from its start on: its index read as retention reads it (SPEC 7.10 R1-R2).
+"""What a log stores from its start on, as retention weighs it (SPEC 7.10 R1-R2).
 
-One read of ``meta/control`` (the log start ``L``, and the version a
-conditional write needs), one of the compaction cursor ``c``, and one range
-scan of the index from ``L``. Every entry ending at or above ``L`` counts its
-stored bytes (a WAL slice its ``byte_length``, a COMPACTED entry its
-``size_bytes``), except a WAL entry ending below ``c``: that range is
-compacted, and its bytes are counted in the COMPACTED entry that covers it
-(the redundant entries of SPEC 8.2). The first entry may start below ``L``
+From ``meta/control`` (the log start ``L``, and the version a conditional
+write needs), the compaction cursor ``c`` and the index from ``L``: every
+entry ending at or above ``L`` counts its stored bytes (a WAL slice its
+``byte_length``, a COMPACTED entry its ``size_bytes``), except a WAL entry
+ending below ``c``: that range is compacted, and its bytes are counted in
+the COMPACTED entry that covers it (the redundant entries of SPEC 8.2). The first entry may start below ``L``
 (DeleteRecords puts ``L`` anywhere, 7.13); it counts whole, as a Kafka
 segment holding the log start does.
 
@@ -28,7 +27,7 @@ from .._protocol.keys import PartitionKeys
 from .._protocol.records import CompactionCursor, ControlRecord, EntryType, IndexEntry
 from .._storage.metastore import MetadataStore, Record
 
-__all__ = ["StoredHead", "StoredLog", "StoredSizes", "compacted_from", "entry_bytes", "read_stored"]
+__all__ = ["StoredHead", "StoredSizes", "compacted_from", "entry_bytes"]
 
 
 def entry_bytes(entry: IndexEntry) -> int:
@@ -38,43 +37,6 @@ def entry_bytes(entry: IndexEntry) -> int:
     return entry.byte_length or 0
 
 
-@dataclass(frozen=True)
-class StoredLog:
-    control: ControlRecord
-    version: int
-    """``meta/control``'s version, for a write conditional on it."""
-    cursor: int
-    """The compaction cursor (1 when absent)."""
-    total_bytes: int
-    """Stored bytes from the entry holding the log start on."""
-    compacted: tuple[tuple[int, int, IndexEntry], ...]
-    """The COMPACTED entries ending below the cursor, in offset order: ``(first, end, entry)``."""
-
-
-def read_stored(meta: MetadataStore, keys: PartitionKeys) -> StoredLog | None:
-    """The log of ``keys`` as stored now (module docstring); None when it is not initialized."""
-    rec = meta.get(keys.control, keys.partition_key)
-    if rec is None:
-        return None
-    control = ControlRecord.decode(rec.value)
-    start = control.log_start_offset
-    got = meta.get(keys.compaction_cursor, keys.partition_key)
-    cursor = 1 if got is None else CompactionCursor.decode(got.value).offset
-    compacted: list[tuple[int, int, IndexEntry]] = []
-    total = 0
-    for row in meta.range_scan(keys.index(start), keys.index_end, keys.partition_key):
-        end = keys.index_offset(row.key)
-        if end is None or end < start:
-            continue
-        entry = IndexEntry.decode(row.value)
-        if not _counted(entry, end, cursor):
-            continue
-        total += entry_bytes(entry)
-        if entry.type == EntryType.COMPACTED and end < cursor:
-            compacted.append((entry.start_offset(end), end, entry))
-    return StoredLog(control, rec.version, cursor, total, tuple(compacted))
-
-
 WINDOW = 8
 """``compacted_from``'s first range scan spans this many times the first entry's offsets."""
 
@@ -82,11 +44,11 @@ WINDOW = 8
 def compacted_from(meta: MetadataStore, keys: PartitionKeys, start: int, cursor: int
                    ) -> Iterator[tuple[int, int, IndexEntry]]:
     """The COMPACTED entries ending at or above ``start`` and below ``cursor``, in offset order,
-    as ``(first, end, entry)`` (``StoredLog.compacted`` of the same log), read as they are asked
-    for: the first with one CEILING get, the rest in range scans whose span of offsets starts
-    at ``WINDOW`` times the first entry's and grows fourfold. A range scan hands over its
-    rows in batches of up to a thousand, each decoded whole by the client; so a caller that
-    stops after ``k`` entries reads about ``k`` rows, not the index, in a few requests."""
+    as ``(first, end, entry)``, read as they are asked for: the first with one CEILING get, the
+    rest in range scans whose span of offsets starts at ``WINDOW`` times the first entry's and
+    grows fourfold. A range scan hands over its rows in batches of up to a thousand, each
+    decoded whole by the client; so a caller that stops after ``k`` entries reads about ``k``
+    rows, not the index, in a few requests."""
     if cursor <= start:
         return
     rec = meta.ceiling(keys.index(start), keys.partition_key)

@@ -75,7 +75,7 @@ def test_usage_errors_exit_2(argv, capsys):
 
 
 def test_describe_partitions_shows_each_logs_start_end_cursor_and_size(catalogue):
-    from server._log.stored import read_stored
+    from tests._stored_reference import read_stored
 
     cli(catalogue, "create", "orders", "--partitions", "3")
     with LeaderlessLogWriter(OxiaConfig("fake:1", root_prefix="llog"), S3Config("llog"),

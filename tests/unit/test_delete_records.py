@@ -11,7 +11,8 @@ from server._compaction.retention import apply_retention
 from server._errors import ConcurrencyConflict, OffsetOutOfRange, PartitionFenced, PartitionNotInitialized, \
     VersionConflict
 from server._log.log_start import delete_records
-from server._log.stored import StoredSizes, entry_bytes, read_stored
+from server._log.stored import StoredSizes, entry_bytes
+from tests._stored_reference import read_stored
 from server._protocol.kafka_batch import Record
 from server._protocol.keys import LogLayout
 from server._protocol.records import ControlRecord, EntryType, IndexEntry

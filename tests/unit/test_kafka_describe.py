@@ -21,7 +21,7 @@ from server._broker.kafka_front import KafkaFront
 from server._broker.log_description import LogDescriptions
 from server._errors import UnknownTopic
 from server._catalogue.topic_config import TopicDefaults
-from server._log.stored import read_stored
+from tests._stored_reference import read_stored
 from server._protocol.structs import SharedAppendGroup
 from tests.unit.test_broker import Cluster
 from tests.unit.test_kafka_listener import _admin, _connect, _encoded, _request, _wait_until
