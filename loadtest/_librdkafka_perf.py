@@ -70,10 +70,12 @@ def produce(bootstrap: str, topic: str, records: int, record_bytes: int,
     return {"mb_s": records * record_bytes / 1e6 / seconds, "p50_ms": cuts[49] * 1000, "p99_ms": cuts[98] * 1000}
 
 
-def consume(bootstrap: str, topic: str, partitions: int, records: int) -> dict[str, float]:
+def consume(bootstrap: str, topic: str, partitions: int, records: int,
+            settings: dict[str, str] | None = None) -> dict[str, float]:
+    """``settings``: librdkafka properties added to :data:`CONSUMER` (the listener's security)."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-    consumer = Consumer({"bootstrap.servers": bootstrap, **CONSUMER})
+    consumer = Consumer({"bootstrap.servers": bootstrap, **CONSUMER, **(settings or {})})
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
     got, nbytes = 0, 0
     t0 = time.perf_counter()

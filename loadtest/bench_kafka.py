@@ -20,6 +20,11 @@ flight than against a disk broker (WarpStream and Inkless say the same).
     python -m loadtest.bench_kafka                            # 1 GB of 1 KiB records, 64 partitions
     python -m loadtest.bench_kafka --records 300000 --repeat 3
     python -m loadtest.bench_kafka --no-kafka                 # llog only
+    python -m loadtest.bench_kafka --no-kafka --security SASL_SSL   # llog's listener over TLS + SCRAM
+
+With ``--security SSL`` or ``SASL_SSL`` llog's listener serves TLS (and SCRAM-SHA-512
+authentication) with throwaway certificates (``devstack/pki.py``), and both clients use
+it; Kafka, when run beside, stays plaintext.
 """
 
 from __future__ import annotations
@@ -42,6 +47,9 @@ from loadtest import _librdkafka_perf
 from loadtest._common import Broker, stack_env
 from loadtest._harness.procfs import clock_ticks, parse_cpu_times
 from loadtest._kafka_server import KafkaServer
+
+SECURITY = ("PLAINTEXT", "SSL", "SASL_SSL")
+USER, PASSWORD = "bench", "bench-password"
 
 PRODUCER_SETTINGS = ("acks=all", "batch.size=1048576", "linger.ms=50", "max.request.size=16777216",
                      "buffer.memory=268435456", "compression.type=none", "enable.idempotence=true")
@@ -67,6 +75,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="the Java producer's record values: 'file' (default) picks each from 1,000 distinct "
                         "values written once (--payload-file), 'generated' has the tool draw every byte of every "
                         "record anew (--record-size), which costs the tool more CPU than the broker spends")
+    p.add_argument("--security", choices=SECURITY, default="PLAINTEXT",
+                   help="llog's listener: PLAINTEXT (default), SSL (TLS) or SASL_SSL (TLS and SCRAM-SHA-512)")
     p.add_argument("--client", choices=("java", "librdkafka"), default="java",
                    help="Kafka's Java tools (default), or librdkafka in this process, whose C threads leave "
                         "more of the machine to the brokers (loadtest/_librdkafka_perf.py)")
@@ -75,6 +85,43 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 JVM = ("-XX:+UseParallelGC", "-Xms2g", "-Xmx2g")
 """The tools' JVM: a fixed heap and the throughput collector (ProducerPerformance is CPU-bound here)."""
+
+
+class Secured:
+    """What a client of a listener with ``--security`` needs: the broker's environment, a Java
+    client properties file and librdkafka's settings (plaintext: none)."""
+
+    def __init__(self, kind: str, directory: Path) -> None:
+        self.env: dict[str, str] = {}
+        self.java: dict[str, str] = {}
+        self.librdkafka: dict[str, str] = {}
+        if kind == "PLAINTEXT":
+            return
+        from devstack.pki import make_pki
+
+        pki = make_pki(directory / "pki")
+        self.env = {"LLOG_KAFKA_TLS_CERT": pki.server_cert, "LLOG_KAFKA_TLS_KEY": pki.server_key}
+        self.java = {"security.protocol": kind, "ssl.truststore.type": "PEM", "ssl.truststore.location": pki.ca}
+        self.librdkafka = {"security.protocol": kind, "ssl.ca.location": pki.ca}
+        if kind == "SASL_SSL":
+            users = directory / "kafka-users"
+            users.write_text(f"{USER}:{PASSWORD}\n")
+            self.env["LLOG_KAFKA_SASL_USERS"] = str(users)
+            self.java.update({"sasl.mechanism": "SCRAM-SHA-512", "sasl.jaas.config":
+                              "org.apache.kafka.common.security.scram.ScramLoginModule required "
+                              f'username="{USER}" password="{PASSWORD}";'})
+            self.librdkafka.update({"sasl.mechanism": "SCRAM-SHA-512", "sasl.username": USER,
+                                    "sasl.password": PASSWORD})
+        self.properties = directory / "client.properties"
+        self.properties.write_text("".join(f"{k}={v}\n" for k, v in self.java.items()))
+
+    def args(self, flag: str) -> list[str]:
+        """``flag FILE`` for a Java tool (``--producer.config``, ``--consumer.config``,
+        ``--command-config``), or nothing for plaintext."""
+        return [flag, str(self.properties)] if self.java else []
+
+
+PLAIN = Secured("PLAINTEXT", Path("."))
 
 
 def _tool(cls: str, *args: str, timeout: float = 1800) -> str:
@@ -137,10 +184,12 @@ def _produce(broker: Any, topic: str, args: argparse.Namespace) -> dict[str, flo
     mb = args.records * args.record_bytes / 1e6
     if args.client == "librdkafka":
         got = _librdkafka_perf.produce(broker.kafka, topic, args.records, args.record_bytes,
-                                       dict(kv.split("=", 1) for kv in args.producer_setting))
+                                       {**_secured(broker).librdkafka,
+                                        **dict(kv.split("=", 1) for kv in args.producer_setting)})
         return {**got, **cpu.per_mb(mb), "seconds": time.monotonic() - t0}
     out = _tool("ProducerPerformance", "--topic", topic, "--num-records", str(args.records),
-                *_payload_args(args), "--throughput", "-1", "--producer-props",
+                *_payload_args(args), "--throughput", "-1", *_secured(broker).args("--producer.config"),
+                "--producer-props",
                 f"bootstrap.servers={broker.kafka}", *_settings(args.producer_setting))
     split = cpu.per_mb(mb)
     last = out.strip().splitlines()[-1]
@@ -172,10 +221,11 @@ def _payload_args(args: argparse.Namespace) -> list[str]:
 def consume(broker: Any, topic: str, args: argparse.Namespace) -> dict[str, float]:
     cpu = CpuSplit(broker)
     if args.client == "librdkafka":
-        got = _librdkafka_perf.consume(broker.kafka, topic, args.partitions, args.records)
+        got = _librdkafka_perf.consume(broker.kafka, topic, args.partitions, args.records,
+                                       _secured(broker).librdkafka)
         return {**got, **cpu.per_mb(got["records"] * args.record_bytes / 1e6)}
     out = _tool("ConsumerPerformance", "--bootstrap-server", broker.kafka, "--topic", topic, "--messages",
-                str(args.records), "--timeout", "120000")
+                str(args.records), "--timeout", "120000", *_secured(broker).args("--consumer.config"))
     header, row = out.strip().splitlines()[-2:]
     fields = dict(zip((h.strip() for h in header.split(",")), (v.strip() for v in row.split(","))))
     mb = int(fields["data.consumed.in.nMsg"]) * args.record_bytes / 1e6
@@ -185,7 +235,8 @@ def consume(broker: Any, topic: str, args: argparse.Namespace) -> dict[str, floa
 
 def one_run(target: Any, name: str, i: int, args: argparse.Namespace) -> tuple[dict, dict]:
     topic = f"bench-{i}-{int(time.time())}"
-    _tool("TopicCommand", "--bootstrap-server", target.kafka, "--create", "--topic", topic,
+    _tool("TopicCommand", "--bootstrap-server", target.kafka, *_secured(target).args("--command-config"),
+          "--create", "--topic", topic,
           "--partitions", str(args.partitions), *(a for kv in args.topic_config for a in ("--config", kv)))
     p = produce(target, topic, args)
     print(f"[bench] {name} run {i + 1}: produce {p['mb_s']:.1f} MB/s, p50 {p['p50_ms']:.0f} ms, "
@@ -195,6 +246,10 @@ def one_run(target: Any, name: str, i: int, args: argparse.Namespace) -> tuple[d
     print(f"[bench] {name} run {i + 1}: consume {c['mb_s']:.1f} MB/s ({c['records']:,.0f} records), "
           f"{_cpu_text(c)}", flush=True)
     return p, c
+
+
+def _secured(target: Any) -> Secured:
+    return getattr(target, "secured", PLAIN)
 
 
 def _cpu_text(r: dict[str, float]) -> str:
@@ -216,12 +271,16 @@ def main(argv: list[str] | None = None) -> int:
     with ExitStack() as stack:
         env = {**stack_env(stack), "LLOG_BATCH_MAX_DELAY_MS": str(args.batch_max_delay_ms)}
         logs = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="llog-bench-kafka-")))
-        targets: dict[str, Any] = {"llog": Broker(env, "both", logs / "broker.log", ["--kafka-port", "0"])}
-        stack.callback(targets["llog"].stop)
+        secured = Secured(args.security, logs)
+        llog = "llog" if args.security == "PLAINTEXT" else f"llog {args.security}"
+        targets: dict[str, Any] = {llog: Broker({**env, **secured.env}, "both", logs / "broker.log",
+                                                ["--kafka-port", "0"])}
+        targets[llog].secured = secured
+        stack.callback(targets[llog].stop)
         if args.kafka:
             targets["kafka"] = KafkaServer(logs / "kafka")
             stack.callback(targets["kafka"].stop)
-        print(f"[bench] llog {targets['llog'].url} (Kafka listener {targets['llog'].kafka})"
+        print(f"[bench] {llog} {targets[llog].url} (Kafka listener {targets[llog].kafka})"
               + (f", Kafka {targets['kafka'].kafka}" if args.kafka else "")
               + (f"; producer: {' '.join(_settings(args.producer_setting))}" if args.client == "java" else
                  f"; client librdkafka, producer: {_librdkafka_perf.PRODUCER} {args.producer_setting}"), flush=True)

@@ -36,6 +36,9 @@ through ``retriable`` whether trying the same call again can help::
     ├── CompactionConflict             another compactor changed the partition under us (retriable)
     ├── UnknownMetric                  (_metrics/spec.py) a metric used under a name, kind or labels
     │                                  the catalogue does not declare (a bug)
+    ├── AuthenticationFailed           (_kafka/scram.py) a Kafka client's SASL exchange failed: answered
+    │                                  SASL_AUTHENTICATION_FAILED, the connection closed
+    ├── HandshakeFailed                (_kafka/tls.py) a Kafka client's TLS handshake failed: closed
     ├── _BodyRefused                   (_broker/http.py, private) a request body refused before it was
     │                                  read (411/413/short body); carries the answer to send
     ├── StorageError                   a metadata or object store call failed

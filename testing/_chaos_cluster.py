@@ -208,6 +208,7 @@ class ChaosCluster:
         compactor_env: Mapping[str, str] | None = None,
         retention_ms: int = -1,
         kafka: bool = False,
+        kafka_security: str = "PLAINTEXT",
     ) -> None:
         if brokers < 1 or partitions < 1 or compactors < 1:
             raise ValueError("need at least one broker, one compactor and one partition")
@@ -219,6 +220,12 @@ class ChaosCluster:
         self.kafka = kafka
         """Every broker runs its Kafka listener, on a port it keeps across restarts."""
         self.kafka_bootstrap = ""
+        self.kafka_security = kafka_security
+        """The listeners' security (PLAINTEXT, SSL or SASL_SSL, ``devstack/pki.py``'s certificates)."""
+        self.librdkafka_conf: dict[str, str] = {}
+        """What a librdkafka client adds to reach the listeners (its security settings)."""
+        self.kafka_python_conf: dict[str, str] = {}
+        """The same for a kafka-python client."""
         self.root_prefix = f"chaos-{uuid.uuid4().hex[:8]}"
         self._broker_count = brokers
         self._compactor_count = compactors
@@ -237,6 +244,26 @@ class ChaosCluster:
         self._s3: ManagedProcess | None = None
         self._paused: set[str] = set()
         self._closed = False
+
+    def _secure(self) -> dict[str, str]:
+        """The brokers' environment for ``kafka_security``; fills the clients' settings."""
+        if self.kafka_security == "PLAINTEXT":
+            return {}
+        from devstack.pki import make_pki
+
+        pki = make_pki(self.data_dir / "pki")
+        env = {"LLOG_KAFKA_TLS_CERT": pki.server_cert, "LLOG_KAFKA_TLS_KEY": pki.server_key}
+        self.librdkafka_conf = {"security.protocol": self.kafka_security, "ssl.ca.location": pki.ca}
+        self.kafka_python_conf = {"security_protocol": self.kafka_security, "ssl_cafile": pki.ca}
+        if self.kafka_security == "SASL_SSL":
+            users = self.data_dir / "kafka-users"
+            users.write_text("chaos:chaos-password\n")
+            env["LLOG_KAFKA_SASL_USERS"] = str(users)
+            self.librdkafka_conf.update({"sasl.mechanism": "SCRAM-SHA-256", "sasl.username": "chaos",
+                                         "sasl.password": "chaos-password"})
+            self.kafka_python_conf.update({"sasl_mechanism": "PLAIN", "sasl_plain_username": "chaos",
+                                           "sasl_plain_password": "chaos-password"})
+        return env
 
     def __enter__(self) -> ChaosCluster:
         return self.start()
@@ -264,6 +291,7 @@ class ChaosCluster:
             ports = free_ports(self._broker_count + self._compactor_count)
             kafka_ports = free_ports(self._broker_count) if self.kafka else []
             self.kafka_bootstrap = ",".join(f"127.0.0.1:{p}" for p in kafka_ports)
+            security_env = self._secure() if self.kafka else {}
             for i in range(self._broker_count):
                 name = f"broker-{i + 1}"
                 kafka = ["--kafka-port", str(kafka_ports[i])] if self.kafka else []
@@ -271,7 +299,8 @@ class ChaosCluster:
                     name,
                     [sys.executable, "-m", "server.leaderless_log_broker", "--port", str(ports[i]),
                      "--role", "both", "--broker-id", name, *kafka],
-                    {**self.env, **self._broker_env}, self.logs_dir / f"{name}.log", ports[i], self._spawner,
+                    {**self.env, **self._broker_env, **security_env}, self.logs_dir / f"{name}.log", ports[i],
+                    self._spawner,
                 ))
             for i, port in enumerate(ports[self._broker_count:]):
                 self.compactors.append(self._compactor_process("compactor" + (f"-{i + 1}" if i else ""), port))

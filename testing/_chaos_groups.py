@@ -81,7 +81,8 @@ class GroupConsumers(threading.Thread):
                 "auto.offset.reset": "earliest", "enable.auto.commit": False, "session.timeout.ms": 10_000,
                 "heartbeat.interval.ms": 500, "error_cb": on_error, "socket.connection.setup.timeout.ms": 3_000,
                 "reconnect.backoff.max.ms": 500, "topic.metadata.refresh.interval.ms": 2_000,
-                "statistics.interval.ms": 1_000, "stats_cb": lambda doc: self.on_stats(index, doc)}
+                "statistics.interval.ms": 1_000, "stats_cb": lambda doc: self.on_stats(index, doc),
+                **self._cluster.librdkafka_conf}
         if index % 2 == 0:
             conf["group.instance.id"] = f"{self.group}-{index}"
         c = Consumer(conf)

@@ -61,7 +61,7 @@ class KafkaClientProducer(Producer):
     def run(self) -> None:
         from confluent_kafka import Producer
 
-        producer = Producer({"bootstrap.servers": self._cluster.kafka_bootstrap, **CONF})
+        producer = Producer({"bootstrap.servers": self._cluster.kafka_bootstrap, **CONF, **self._cluster.librdkafka_conf})
         try:
             while not self._halt.is_set():
                 for _ in range(self._rng.randint(1, 20)):
@@ -70,7 +70,7 @@ class KafkaClientProducer(Producer):
                 self._halt.wait(0.02)  # a steady rate, not synchronization
                 if self._needs_new_producer(producer):
                     producer.flush(10)
-                    producer = Producer({"bootstrap.servers": self._cluster.kafka_bootstrap, **CONF})
+                    producer = Producer({"bootstrap.servers": self._cluster.kafka_bootstrap, **CONF, **self._cluster.librdkafka_conf})
             producer.flush(10)
         finally:
             producer.purge()  # what is left is reported through the callbacks, as unknown

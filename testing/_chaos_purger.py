@@ -93,7 +93,8 @@ class RecordPurger(threading.Thread):
         from kafka import KafkaAdminClient
 
         return KafkaAdminClient(bootstrap_servers=self._cluster.kafka_bootstrap.split(","),
-                                request_timeout_ms=5_000, reconnect_backoff_max_ms=500)
+                                request_timeout_ms=5_000, reconnect_backoff_max_ms=500,
+                                **self._cluster.kafka_python_conf)
 
     def _through_kafka(self, admin: Any, p: int, before: int) -> None:
         from kafka import TopicPartition

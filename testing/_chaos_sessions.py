@@ -49,12 +49,13 @@ class SessionReader(threading.Thread):
     def run(self) -> None:
         from kafka import KafkaConsumer, TopicPartition
 
-        # Its own warnings (a slow poll while brokers die) are the faults' doing, not findings.
-        logging.getLogger("kafka").setLevel(logging.ERROR)
+        # Its own warnings and errors (a slow poll, a refused connection while brokers die) are the
+        # faults' doing, not findings; what it reads is checked.
+        logging.getLogger("kafka").setLevel(logging.CRITICAL)
         self._consumer = KafkaConsumer(
             bootstrap_servers=self._cluster.kafka_bootstrap.split(","), auto_offset_reset="earliest",
             enable_auto_commit=False, fetch_max_wait_ms=100, reconnect_backoff_max_ms=500,
-            metadata_max_age_ms=2_000, request_timeout_ms=10_000)
+            metadata_max_age_ms=2_000, request_timeout_ms=10_000, **self._cluster.kafka_python_conf)
         self._consumer.assign([TopicPartition(self._cluster.topic, p) for p in range(self._cluster.partitions)])
         while not self._halt.is_set():
             self._poll()

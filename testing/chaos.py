@@ -133,6 +133,8 @@ class ChaosOptions:
     """librdkafka idempotent producers through the brokers' Kafka listeners (``_chaos_kafka.py``)."""
     groups: int = 0
     """With ``kafka``: librdkafka consumers in one group, every other one static (``_chaos_groups.py``)."""
+    kafka_security: str = "PLAINTEXT"
+    """With ``kafka``: the listeners' security; every Kafka client of the run uses it (SSL, SASL_SSL)."""
     sessions: bool = False
     """With ``kafka``: a kafka-python reader of every partition through fetch sessions (``_chaos_sessions.py``)."""
     delete_records: bool = False
@@ -315,7 +317,8 @@ def run(opts: ChaosOptions, say: Callable[[str], None] = print) -> ChaosReport:
 
     oxia_mode = "cluster" if opts.oxia_node_loss else "standalone"
     with ChaosCluster(data_dir, partitions=opts.partitions, brokers=opts.brokers, compactors=opts.compactors,
-                      oxia_mode=oxia_mode, retention_ms=opts.retention_ms, kafka=opts.kafka) as cluster:
+                      oxia_mode=oxia_mode, retention_ms=opts.retention_ms, kafka=opts.kafka,
+                      kafka_security=opts.kafka_security) as cluster:
         phase("start")
         say(f"[chaos] up in {phases['start']:.1f}s: {opts.brokers} brokers, {opts.compactors} compactor(s), "
             f"Oxia {oxia_mode}, {opts.partitions} partitions of {cluster.topic!r} under {cluster.root_prefix}; "
@@ -474,6 +477,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sessions", action="store_true",
                    help="with --kafka: a kafka-python consumer of every partition reads through fetch sessions "
                         "(KIP-227), which broker kills end: no record may be skipped")
+    p.add_argument("--security", choices=("PLAINTEXT", "SSL", "SASL_SSL"), default="PLAINTEXT",
+                   help="with --kafka: the listeners serve TLS (SSL), or TLS and SASL (SASL_SSL: librdkafka with "
+                        "SCRAM-SHA-256, kafka-python with PLAIN), with throwaway certificates; every Kafka "
+                        "client of the run uses it (default PLAINTEXT)")
     p.add_argument("--delete-records", action="store_true",
                    help="DeleteRecords on a random partition every 0.5-1.5 s (through the Kafka listeners with --kafka), "
                         "to an offset in the lower third of what it holds: records below the log starts are let go")
@@ -500,6 +507,7 @@ def options_from_args(args: argparse.Namespace, seed: int) -> ChaosOptions:
         pause=args.pause or args.all, minio_restart=args.minio_restart or args.all,
         compactors=2 if args.two_compactors or args.all else 1, oxia_node_loss=args.oxia_node_loss or args.all,
         idempotent=args.idempotent, kafka=args.kafka, groups=args.groups, sessions=args.sessions,
+        kafka_security=args.security,
         delete_records=args.delete_records or args.all,
     )
 
@@ -509,9 +517,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     seed = args.seed if args.seed is not None else int(time.time())
     opts = options_from_args(args, seed)
-    if (opts.groups or opts.sessions) and not opts.kafka:
-        print("[chaos] --groups and --sessions need --kafka (the consumers read through the Kafka listeners)",
-              file=sys.stderr)
+    if (opts.groups or opts.sessions or opts.kafka_security != "PLAINTEXT") and not opts.kafka:
+        print("[chaos] --groups, --sessions and --security need --kafka (they are the Kafka listeners' and "
+              "clients')", file=sys.stderr)
         return 2
     print(f"[chaos] seed {seed}", flush=True)
     try:

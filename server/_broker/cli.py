@@ -100,8 +100,8 @@ def serve(config: BrokerConfig, env: Mapping[str, str], stop: threading.Event) -
             "kafka_port": None if kafka is None else kafka.port,
         }), flush=True)
         if kafka is not None:
-            log.info("broker %s: Kafka listener on %s:%d (node %d)", config.broker_id, config.kafka_host, kafka.port,
-                     kafka.nodes.me.node_id if kafka.nodes else -1)
+            log.info("broker %s: Kafka listener on %s:%d (node %d, %s)", config.broker_id, config.kafka_host,
+                     kafka.port, kafka.nodes.me.node_id if kafka.nodes else -1, kafka.security)
         log.info("broker %s (role %s) listening on http://%s:%d", config.broker_id, config.role, config.host,
                  broker.port)
         wait_for_stop(stop)

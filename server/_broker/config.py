@@ -20,6 +20,19 @@ __all__ = ["BrokerConfig", "ROLES", "MIB"]
 
 MIB = 1024 * 1024
 ROLES = ("write", "read", "both")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+"""What the Kafka listener can authenticate with (``server/_kafka/sasl.py``; declared here, where
+the setting is checked, so a broker without a listener does not import Kafka's codec)."""
+
+
+def sasl_mechanisms(text: str) -> tuple[str, ...]:
+    """``LLOG_KAFKA_SASL_MECHANISMS`` as a tuple; ConfigError naming what is wrong."""
+    names = tuple(dict.fromkeys(m.strip().upper() for m in text.split(",") if m.strip()))
+    unknown = [m for m in names if m not in SASL_MECHANISMS]
+    if not names or unknown:
+        raise ConfigError(f"LLOG_KAFKA_SASL_MECHANISMS: {', '.join(unknown) or 'none given'}: choose among "
+                          f"{', '.join(SASL_MECHANISMS)}, comma-separated")
+    return names
 
 
 def default_broker_id() -> str:
@@ -123,8 +136,36 @@ class BrokerConfig:
         default=3_000, min=0, max=300_000,
     )
 
+    kafka_tls_cert: str | None = setting(
+        "PEM file of the Kafka listener's certificate (and chain): the listener speaks TLS only (Kafka's SSL "
+        "and SASL_SSL listeners); unset: plaintext.", env="LLOG_KAFKA_TLS_CERT", default=None, min=1,
+    )
+    kafka_tls_key: str | None = setting(
+        "PEM file of LLOG_KAFKA_TLS_CERT's private key, unencrypted (unset: it is in the certificate's file).",
+        env="LLOG_KAFKA_TLS_KEY", default=None, min=1,
+    )
+    kafka_tls_client_ca: str | None = setting(
+        "PEM file of the authorities Kafka clients' certificates must be signed by: every client must present "
+        "one (Kafka's ssl.client.auth=required); unset: none is asked for.", env="LLOG_KAFKA_TLS_CLIENT_CA",
+        default=None, min=1,
+    )
+    kafka_sasl_users: str | None = setting(
+        "File of the users Kafka clients must authenticate as with SASL, one name:password a line, read again "
+        "when it changes (Kafka's SASL_PLAINTEXT, or SASL_SSL with TLS); unset: no authentication.",
+        env="LLOG_KAFKA_SASL_USERS", default=None, min=1,
+    )
+    kafka_sasl_mechanisms: str = setting(
+        "SASL mechanisms offered, comma-separated, of PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512 (Kafka's "
+        "sasl.enabled.mechanisms).", env="LLOG_KAFKA_SASL_MECHANISMS", default="PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+        min=1,
+    )
+
     def __post_init__(self) -> None:
         check_settings(self)
+        if self.kafka_tls_cert is None and (self.kafka_tls_key or self.kafka_tls_client_ca):
+            raise ConfigError("LLOG_KAFKA_TLS_KEY and LLOG_KAFKA_TLS_CLIENT_CA need LLOG_KAFKA_TLS_CERT, the "
+                              "listener's certificate")
+        sasl_mechanisms(self.kafka_sasl_mechanisms)
         if self.kafka_port is not None and self.role != "both":
             raise ConfigError(f"the Kafka listener (LLOG_KAFKA_PORT) needs role 'both', not {self.role!r}: "
                               "Metadata names every listener as a partition's leader, for writes and reads")
@@ -145,6 +186,10 @@ class BrokerConfig:
         if self.kafka_advertised_host:
             return self.kafka_advertised_host
         return socket.gethostname() if self.host in ("", "0.0.0.0", "::") else self.host
+
+    @property
+    def kafka_mechanisms(self) -> tuple[str, ...]:
+        return sasl_mechanisms(self.kafka_sasl_mechanisms)
 
     @property
     def tail_cache_enabled(self) -> bool:

@@ -8,17 +8,22 @@ answers what the listener accepted.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
 from .._errors import ConfigError
 from .._kafka import KafkaListener, KafkaService, Limits, Nodes, ProduceStalls
+from .._kafka.sasl import SaslGate, SaslUsers
+from .._kafka.tls import server_context
 from .._storage.metastore import MetadataStore
 from .broker import Broker
 from .log_description import LogDescriptions
 from .record_deletion import RecordDeletion
 
 __all__ = ["KafkaFront"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -56,12 +61,27 @@ class KafkaFront:
         self.service: KafkaService | None = None
         self.listener: KafkaListener | None = None
         self.nodes: Nodes | None = None
+        tls = None if config.kafka_tls_cert is None else server_context(
+            config.kafka_tls_cert, config.kafka_tls_key, config.kafka_tls_client_ca)
+        gate = None
+        if config.kafka_sasl_users is not None:
+            users = SaslUsers(config.kafka_sasl_users, runtime)
+            mechanisms = config.kafka_mechanisms
+            if tls is None and "PLAIN" in mechanisms:
+                log.warning("Kafka listener: SASL PLAIN without TLS sends passwords in clear text "
+                            "(set LLOG_KAFKA_TLS_CERT, or LLOG_KAFKA_SASL_MECHANISMS without PLAIN)")
+
+            def gate(peer: str):  # type: ignore[no-untyped-def]
+                return SaslGate(users, mechanisms, runtime=runtime, metrics=broker.metrics, peer=peer).screen
+        self.security = ("SASL_SSL" if tls else "SASL_PLAINTEXT") if gate else ("SSL" if tls else "PLAINTEXT")
+        """The listener's security protocol, as a Kafka client names it (``security.protocol``)."""
         try:
             self.listener = KafkaListener(
                 self._begin, host=config.host, port=config.kafka_port, max_frame_bytes=config.max_request_bytes,
                 threads=config.kafka_threads, max_inflight=config.kafka_max_inflight, metrics=broker.metrics,
                 max_connections=config.kafka_max_connections, max_idle_ms=config.kafka_connections_max_idle_ms,
-                stalls=None if broker.appends is None else ProduceStalls(lambda: self._stall_flush(broker)))
+                stalls=None if broker.appends is None else ProduceStalls(lambda: self._stall_flush(broker)),
+                tls=tls, gate=gate)
             self.nodes = Nodes(meta, layout, broker_id=config.broker_id, host=config.kafka_host,
                                port=self.listener.port, runtime=runtime)
             self.service = KafkaService(

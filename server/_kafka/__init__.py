@@ -15,7 +15,8 @@ APIs, versions and deviations):
 - ``nodes.py``: the live listeners in Oxia, leaders and coordinators;
 - ``coordinator.py``: the classic group protocol's state machine;
   ``subscriptions.py``: the topics its members subscribe to (OffsetDelete);
-- ``errors.py``: llog outcomes as Kafka error codes.
+- ``errors.py``: llog outcomes as Kafka error codes;
+- ``tls.py``: TLS over a connection; ``sasl.py``, ``scram.py``: SASL authentication.
 
 This package sits beside ``_http_server``, below ``_broker``: the broker
 hands it its parts (``service.KafkaParts``).

@@ -49,6 +49,7 @@ from kafka.protocol.consumer import (
 )
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, FindCoordinatorRequest, MetadataRequest
 from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
+from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
 from .._errors import InvalidRequest
 
@@ -135,6 +136,8 @@ _SERVED = (
     (AlterPartitionReassignmentsRequest, 0, 0, None),
     (DescribeClientQuotasRequest, 0, 1, None),
     (AlterClientQuotasRequest, 0, 1, None),
+    (SaslHandshakeRequest, 1, 1, None),  # v0 is followed by raw tokens, not framed requests: not served
+    (SaslAuthenticateRequest, 0, 2, None),
 )
 APIS: dict[int, Api] = {cls.API_KEY: Api(cls.API_KEY, cls, lo, hi, served) for cls, lo, hi, served in _SERVED}
 API_VERSIONS = ApiVersionsRequest.API_KEY

@@ -32,13 +32,21 @@ resynchronized), a header that does not parse, an API or version not served.
 An ApiVersions request of a version the broker does not know is answered
 with version 0 and UNSUPPORTED_VERSION instead (KIP-511), so the client can
 pick a version.
+
+With ``tls`` every connection starts with a TLS handshake on its reading
+thread (``tls.py``); one that fails is closed. With ``gate`` each
+connection's requests pass its SASL gate (``sasl.py``) in order until it
+has authenticated: the gate answers the SASL requests itself, and closes
+the connection after a failure, after its answer is sent.
 """
 
 from __future__ import annotations
 
+import io
 import logging
 import queue
 import socket
+import ssl
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable
@@ -47,7 +55,9 @@ from .._metrics import LlogMetrics
 from .codec import API_VERSIONS, PRODUCE, SIZE, KafkaRequest, MalformedFrame, decode_request, \
     unsupported_api_versions
 from .gather import Answer, send_parts
+from .sasl import Screened
 from .stalls import ProduceStalls
+from .tls import HandshakeFailed, TlsRaw, TlsStream
 
 __all__ = ["KafkaListener", "Begin"]
 
@@ -56,6 +66,9 @@ log = logging.getLogger(__name__)
 Begin = Callable[[KafkaRequest], Callable[[], "bytes | Answer | None"]]
 """Called on the reader thread in request order; returns what the pool runs to answer
 the request with its framed response (None: no response)."""
+
+Gate = Callable[[KafkaRequest], "Screened | None"]
+"""One connection's SASL screen (``SaslGate.screen``): None serves the request."""
 
 _CLOSE = object()
 
@@ -68,10 +81,14 @@ class KafkaListener:
 
     def __init__(self, begin: Begin, *, host: str, port: int, max_frame_bytes: int, threads: int,
                  max_inflight: int, metrics: LlogMetrics, stalls: ProduceStalls | None = None,
-                 max_connections: int = DEFAULT_MAX_CONNECTIONS, max_idle_ms: int = DEFAULT_MAX_IDLE_MS) -> None:
+                 max_connections: int = DEFAULT_MAX_CONNECTIONS, max_idle_ms: int = DEFAULT_MAX_IDLE_MS,
+                 tls: ssl.SSLContext | None = None, gate: Callable[[str], Gate] | None = None) -> None:
         """``stalls``: told of each connection's produce requests begun and answered (``stalls.py``);
-        ``max_idle_ms`` 0: connections are never closed for idleness."""
+        ``max_idle_ms`` 0: connections are never closed for idleness; ``tls``: the connections speak
+        TLS; ``gate``: a new connection's SASL screen, given its peer (module docstring)."""
         self._begin = begin
+        self._tls = tls
+        self._gate = gate
         self._stalls = stalls
         self._max_frame = max_frame_bytes
         self._max_inflight = max_inflight
@@ -142,8 +159,11 @@ class _Connection:
         self.sock = sock
         self.peer = peer
         self.answers: queue.Queue = queue.Queue(maxsize=listener._max_inflight)
-        self.rfile = sock.makefile("rb", buffering=1 << 16)
         self._closed = threading.Event()
+        self.gate = None if listener._gate is None else listener._gate(peer)
+        self._close_after = False
+        self.tls = None if listener._tls is None else TlsStream(sock, listener._tls)
+        self.rfile: io.BufferedReader | None = None
 
     def start(self) -> None:
         threading.Thread(target=self._read_loop, name=f"llog-kafka-read-{self.peer}", daemon=True).start()
@@ -169,13 +189,31 @@ class _Connection:
     def _read_exactly(self, n: int) -> bytes | None:
         """``n`` bytes, None at the end of the stream (the buffered reader fills one ``bytes``
         of ``n`` for a large read, and saves system calls on small frames)."""
+        assert self.rfile is not None
         data = self.rfile.read(n)
         return data if len(data) == n else None
+
+    def _open(self) -> bool:
+        """The reader over the socket, after the TLS handshake with one; False: closed."""
+        if self.tls is None:
+            self.rfile = self.sock.makefile("rb", buffering=1 << 16)
+            return True
+        try:
+            self.tls.handshake()
+        except HandshakeFailed as exc:
+            self.listener._metrics.inc("kafka_connections_closed_total", reason="tls")
+            log.info("kafka connection %s: %s: closing (a client without TLS, or one that does not trust this "
+                     "broker's certificate?)", self.peer, exc)
+            return False
+        self.rfile = io.BufferedReader(TlsRaw(self.tls), 1 << 16)
+        return True
 
     def _read_loop(self) -> None:
         metrics = self.listener._metrics
         try:
-            while not self._closed.is_set():
+            if not self._open():
+                return
+            while not self._closed.is_set() and not self._close_after:
                 head = self._read_exactly(4)
                 if head is None:
                     break
@@ -198,7 +236,8 @@ class _Connection:
             pass
         finally:
             self.answers.put(_CLOSE)
-            self.rfile.close()  # the socket's descriptor stays open while its file does
+            if self.rfile is not None:
+                self.rfile.close()  # the socket's descriptor stays open while its file does
 
     def _dispatch(self, frame: bytes) -> Future | None:
         """The future of the frame's answer, or None to close the connection."""
@@ -212,6 +251,15 @@ class _Connection:
             self.listener._metrics.inc("kafka_protocol_errors_total", reason="malformed")
             log.info("kafka connection %s: %s: closing", self.peer, exc)
             return None
+        if self.gate is not None:
+            screened = self.gate(request)
+            if screened is not None:
+                if screened.answer is None:
+                    return None
+                self._close_after = screened.close
+                done = Future()
+                done.set_result(screened.answer)
+                return done
         try:
             answer = self.listener._begin(request)
         except Exception:
@@ -245,7 +293,10 @@ class _Connection:
                     log.exception("kafka connection %s: a handler failed: closing", self.peer)
                     break
                 if data is not None and not self._closed.is_set():
-                    send_parts(self.sock, data)
+                    if self.tls is None:
+                        send_parts(self.sock, data)
+                    else:
+                        send_parts(self.tls, data)  # type: ignore[arg-type]
         except TimeoutError:
             self._idle()
         except OSError:

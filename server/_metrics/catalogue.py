@@ -62,11 +62,14 @@ _HTTP = (
 _KAFKA = (
     _c("kafka_requests_total", "Kafka protocol requests answered, by API and error code (0: none)", "api", "error"),
     _h("kafka_request_seconds", "Time to answer a Kafka request (without writing the answer), by API", "api"),
-    _c("kafka_protocol_errors_total", "Kafka connections closed for a frame that is not a request, by reason",
-       "reason"),
+    _c("kafka_protocol_errors_total", "Kafka connections closed for a frame that is not a request, or a request "
+       "before SASL authentication (unauthenticated), by reason", "reason"),
     _g("kafka_connections", "Kafka client connections open now"),
     _c("kafka_connections_closed_total", "Kafka connections the broker closed: idle past "
-       "LLOG_KAFKA_CONNECTIONS_MAX_IDLE_MS, or refused past LLOG_KAFKA_MAX_CONNECTIONS (limit)", "reason"),
+       "LLOG_KAFKA_CONNECTIONS_MAX_IDLE_MS, refused past LLOG_KAFKA_MAX_CONNECTIONS (limit), or whose TLS "
+       "handshake failed (tls)", "reason"),
+    _c("kafka_authentications_total", "Kafka SASL authentications, by mechanism and outcome (ok, failed, "
+       "unsupported_mechanism)", "mechanism", "outcome"),
     _c("kafka_stall_flushes_total", "Flushes started at once because every producing Kafka connection had 5 "
        "produce requests waiting (no more bytes could come)"),
     _c("kafka_fetches_total", "Kafka fetches by session kind (KIP-227): sessionless, opened (a full fetch opening "

@@ -11,8 +11,9 @@ followed the log during the faults is checked against the final reads too.
   standalone Oxia once (25 s of faults, 35-60 s in all), with idempotent
   HTTP producers (SPEC 7.12) that send every batch not acknowledged again
   until it is, beside librdkafka idempotent producers through the Kafka
-  listeners, and a consumer group reading through them: each batch and
-  message must be in the log once, and the group may skip no record;
+  listeners (over TLS with SASL), and a consumer group reading through them:
+  each batch and message must be in the log once, and the group may skip no
+  record;
 - every wider fault together (45 s of faults, 60-100 s in all): SIGSTOP
   pauses past the Oxia session of brokers, compactors, Oxia servers and
   MinIO; a MinIO restart; two compactors competing for claims; a 3-server
@@ -43,10 +44,13 @@ def test_idempotent_http_and_kafka_writes_are_stored_once_under_sigkills_and_an_
     """Idempotent HTTP producers and librdkafka idempotent producers (acks=all, through the
     brokers' Kafka listeners) on the same partitions, read by a librdkafka consumer group whose
     coordinator the faults move and by kafka-python through fetch sessions (neither may skip
-    anything), while DeleteRecords moves log starts through the listeners."""
+    anything), while DeleteRecords moves log starts through the listeners. The listeners serve
+    TLS with SASL (SCRAM for librdkafka, PLAIN for kafka-python): every reconnection after a
+    kill authenticates again."""
     opts = ChaosOptions(
         idempotent=True,
         kafka=True,
+        kafka_security="SASL_SSL",
         groups=2,
         sessions=True,
         delete_records=True,  # through the Kafka listeners: every reader checked from the final starts

@@ -26,6 +26,7 @@ from kafka.protocol.metadata import ApiVersionsRequest, FindCoordinatorRequest, 
 from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
 
 from server._kafka.codec import APIS
+from tests._kafka_frames import FrameConnection, mutate_frame
 from server._protocol.kafka_batch import build_batch
 from server._protocol.kafka_records import Record
 
@@ -102,84 +103,20 @@ def _encode(rng: random.Random, cls, fields: dict, correlation_id: int) -> bytes
     return request.encode(header=True)
 
 
-def _mutate(rng: random.Random, frame: bytes) -> bytes:
-    data = bytearray(frame)
-    kind = rng.randrange(7)
-    if kind == 0:  # bit flips
-        for _ in range(rng.randint(1, 8)):
-            i = rng.randrange(len(data))
-            data[i] ^= 1 << rng.randrange(8)
-    elif kind == 1:  # cut
-        del data[rng.randrange(len(data)):]
-    elif kind == 2:  # extend
-        data += rng.randbytes(rng.randint(1, 64))
-    elif kind == 3:  # another API key
-        struct.pack_into(">h", data, 0, rng.choice([*APIS, -1, 57, 99, 32767]))
-    elif kind == 4:  # another version
-        struct.pack_into(">h", data, 2, rng.randint(-2, 40))
-    elif kind == 5:  # noise
-        data = bytearray(rng.randbytes(rng.randint(0, 200)))
-    else:  # overwrite a run with 0xff (lengths of -1 and huge counts)
-        i = rng.randrange(len(data))
-        data[i:i + 4] = b"\xff\xff\xff\xff"
-    return bytes(data)
-
-
-class _Connection:
-    """One connection, opened again after the listener closes it."""
-
-    def __init__(self, address: tuple[str, int]) -> None:
-        self.address = address
-        self.sock: socket.socket | None = None
-
-    def exchange(self, payload: bytes, size: int | None = None) -> bytes | None:
-        """The response frame, or None when the listener closed the connection."""
-        if self.sock is None:
-            self.sock = socket.create_connection(self.address, timeout=10)
-        s = self.sock
-        s.sendall(struct.pack(">i", len(payload) if size is None else size) + payload)
-        if size is not None and size > len(payload):
-            s.shutdown(socket.SHUT_WR)  # a frame that says more than it has: the listener sees the end
-        head = self._read(4)
-        if head is None:
-            return None
-        (n,) = struct.unpack(">i", head)
-        body = self._read(n)
-        assert body is not None, f"the listener closed mid-answer (of {n} bytes)"
-        if size is not None:
-            self.close()
-        return body
-
-    def _read(self, n: int) -> bytes | None:
-        out = b""
-        while len(out) < n:
-            chunk = self.sock.recv(n - len(out)) if self.sock is not None else b""
-            if not chunk:
-                self.close()
-                return None
-            out += chunk
-        return out
-
-    def close(self) -> None:
-        if self.sock is not None:
-            self.sock.close()
-            self.sock = None
-
-
 def test_random_and_mutated_frames_are_answered_or_closed_and_the_broker_serves_on(listener, unique_topic):
     host, port = listener.kafka.split(":")
     address = (host, int(port))
     rng = random.Random(SEED)
     corpus = _corpus(unique_topic)
     answered = closed = 0
-    conn = _Connection(address)
+    conn = FrameConnection(lambda: socket.create_connection(address, timeout=10))
     for i in range(FRAMES):
         cls, fields = rng.choice(corpus)
         correlation_id = i + 1
         frame = _encode(rng, cls, fields, correlation_id)
         size = None
         if rng.random() < 0.85:
-            frame = _mutate(rng, frame)
+            frame = mutate_frame(rng, frame)
             if rng.random() < 0.05:
                 size = len(frame) + rng.randint(1, 1000)
         answer = conn.exchange(frame, size)

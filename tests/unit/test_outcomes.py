@@ -58,6 +58,8 @@ NEVER_ANSWERED = {
     "UnknownMetric": "a bug in a metric's use; were one to end a request, 500 under its class name",
     "MalformedAnswer": "raised by a client parsing a binary consume answer",
     "MalformedFrame": "the Kafka listener closes the connection on it, as Kafka does (KAFKA_API.md)",
+    "AuthenticationFailed": "the Kafka listener answers SASL_AUTHENTICATION_FAILED and closes (KAFKA_API.md)",
+    "HandshakeFailed": "the Kafka listener closes a connection whose TLS handshake failed",
     "_BodyRefused": "carries the answer it stands for (411, 413, 400)",
     "LeanS3Error": "the S3 adapter translates it into ObjectStoreError inside the storage layer",
     "ProduceError": "the produce client's", "ProduceFailed": "the produce client's",
