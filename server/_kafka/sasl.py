@@ -60,6 +60,10 @@ MECHANISMS = (PLAIN, *SCRAM_MECHANISMS)
 SASL_HANDSHAKE = 17
 SASL_AUTHENTICATE = 36
 _RECHECK_S = 1.0
+FAILED_DELAY_S = 0.1
+"""How long a failed authentication waits before its answer and the close (Kafka's
+``connection.failed.authentication.delay.ms``): a client guessing passwords gets ten a second
+per connection, and one that retries at once does not spin."""
 _FAILED = "Authentication failed: invalid username or password"
 
 
@@ -207,6 +211,7 @@ class SaslGate:
                 self.user = self._scram.user
         except AuthenticationFailed as exc:
             self._outcome(self._mechanism, "failed")
+            self._runtime.clock.sleep(FAILED_DELAY_S)  # on this connection's reader: it alone waits
             log.info("kafka connection %s: SASL %s authentication failed: %s", self._peer, self._mechanism, exc)
             message = _FAILED if str(exc) == _INVALID else f"Authentication failed: {exc}"
             return Screened(self._auth_answer(req, Code.SASL_AUTHENTICATION_FAILED, message, b""), close=True)

@@ -18,7 +18,7 @@ from server._broker.config import SASL_MECHANISMS, BrokerConfig
 from server._errors import ConfigError
 from server._kafka.codec import decode_request
 from server._kafka.errors import Code
-from server._kafka.sasl import MECHANISMS, SaslGate, SaslUsers
+from server._kafka.sasl import FAILED_DELAY_S, MECHANISMS, SaslGate, SaslUsers
 from server._kafka.scram import INVALID, ScramCredential, ScramExchange, AuthenticationFailed
 from server._metrics import LlogMetrics
 from tests.unit.test_runtime_seam import FakeClock, fake_runtime
@@ -167,12 +167,13 @@ def gate(tmp_path):
     path.write_text("alice:wonder\n")
     metrics = LlogMetrics()
     users = SaslUsers(str(path), fake_runtime())
-    return lambda mechanisms=MECHANISMS: SaslGate(users, mechanisms, runtime=fake_runtime(), metrics=metrics,
-                                                  peer="p"), metrics
+    clock = FakeClock()
+    return lambda mechanisms=MECHANISMS: SaslGate(users, mechanisms, runtime=fake_runtime(clock), metrics=metrics,
+                                                  peer="p"), metrics, clock
 
 
 def test_plain_authenticates_and_then_every_request_is_served(gate):
-    make, metrics = gate
+    make, metrics, clock = gate
     g = make()
     assert g.screen(_req(ApiVersionsRequest[3](client_software_name="t", client_software_version="1"), 1)) is None
     hs = g.screen(_req(SaslHandshakeRequest[1](mechanism="PLAIN"), 2))
@@ -182,6 +183,7 @@ def test_plain_authenticates_and_then_every_request_is_served(gate):
     assert g.authenticated and g.user == "alice"
     assert g.screen(_req(MetadataRequest[12](topics=None, allow_auto_topic_creation=False), 4)) is None
     assert metrics.counter("kafka_authentications_total", mechanism="PLAIN", outcome="ok") == 1
+    assert clock.slept == []  # only a failure waits
 
 
 @pytest.mark.parametrize("token,message", [
@@ -190,19 +192,19 @@ def test_plain_authenticates_and_then_every_request_is_served(gate):
     (b"alice\0wonder", "malformed PLAIN"),
     (b"carol\0alice\0wonder", "authorization id"),
 ])
-def test_a_failed_plain_is_answered_58_with_the_reason_and_closes(gate, token, message):
-    make, metrics = gate
+def test_a_failed_plain_is_answered_58_with_the_reason_after_a_delay_and_closes(gate, token, message):
+    make, metrics, clock = gate
     g = make()
     g.screen(_req(SaslHandshakeRequest[1](mechanism="PLAIN"), 1))
     failed = g.screen(_req(SaslAuthenticateRequest[1](auth_bytes=token), 2))
     answer = _answer(failed, SaslAuthenticateResponse, 1)
     assert failed.close and answer.error_code == Code.SASL_AUTHENTICATION_FAILED == 58
     assert message in answer.error_message and "wonder" not in answer.error_message
-    assert not g.authenticated
+    assert not g.authenticated and clock.slept == [FAILED_DELAY_S]
 
 
 def test_an_unoffered_mechanism_is_answered_33_with_the_offered_ones_and_closes(gate):
-    make, _ = gate
+    make, _, _ = gate
     g = make(("SCRAM-SHA-512",))
     refused = g.screen(_req(SaslHandshakeRequest[1](mechanism="PLAIN"), 1))
     answer = _answer(refused, SaslHandshakeResponse, 1)
@@ -211,7 +213,7 @@ def test_an_unoffered_mechanism_is_answered_33_with_the_offered_ones_and_closes(
 
 
 def test_scram_takes_two_rounds_through_the_gate(gate):
-    make, _ = gate
+    make, _, _ = gate
     g = make()
     g.screen(_req(SaslHandshakeRequest[1](mechanism="SCRAM-SHA-512"), 1))
     client = ScramClient("alice", "wonder", "SCRAM-SHA-512")
@@ -228,14 +230,14 @@ def test_scram_takes_two_rounds_through_the_gate(gate):
     lambda: SaslAuthenticateRequest[2](auth_bytes=b"\0alice\0wonder"),
 ])
 def test_a_request_out_of_turn_before_authentication_closes_at_once(gate, first):
-    make, metrics = gate
+    make, metrics, _ = gate
     g = make()
     assert g.screen(_req(first(), 1)).answer is None
     assert metrics.counter("kafka_protocol_errors_total", reason="unauthenticated") == 1
 
 
 def test_a_fetch_after_the_handshake_but_before_authenticate_closes_at_once(gate):
-    make, _ = gate
+    make, _, _ = gate
     g = make()
     g.screen(_req(SaslHandshakeRequest[1](mechanism="PLAIN"), 1))
     fetch = FetchRequest[12](replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1, isolation_level=0,
