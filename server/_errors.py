@@ -38,6 +38,8 @@ through ``retriable`` whether trying the same call again can help::
     │                                  the catalogue does not declare (a bug)
     ├── AuthenticationFailed           (_kafka/scram.py) a Kafka client's SASL exchange failed: answered
     │                                  SASL_AUTHENTICATION_FAILED, the connection closed
+    ├── UnknownCredential              (_kafka/scram_users.py) no SCRAM credential to delete or describe:
+    │                                  RESOURCE_NOT_FOUND
     ├── HandshakeFailed                (_kafka/tls.py) a Kafka client's TLS handshake failed: closed
     ├── _BodyRefused                   (_broker/http.py, private) a request body refused before it was
     │                                  read (411/413/short body); carries the answer to send

@@ -1,4 +1,4 @@
-"""``llog-admin topics|groups ...``: manage topics and look at consumer groups from a shell.
+"""``llog-admin topics|groups|users ...``: manage topics, look at consumer groups, manage Kafka users.
 
     llog-admin topics create orders --partitions 12 --config retention.ms=604800000
     llog-admin topics list
@@ -16,6 +16,11 @@
     llog-admin groups list
     llog-admin groups describe billing     (offsets, high watermarks and lag, like
                                             kafka-consumer-groups --describe)
+    llog-admin users set alice              (the password from the terminal, or the
+                                            first line of stdin: SCRAM-SHA-256 and
+                                            -512 credentials for the Kafka listener)
+    llog-admin users list
+    llog-admin users delete alice --mechanism SCRAM-SHA-256
 
 It talks to Oxia directly (``LLOG_OXIA_*``, ``LLOG_ROOT_PREFIX``), as a broker
 does; new topics take ``LLOG_TOPIC_DEFAULT_*``. Exit status 0 on success, 1
@@ -25,28 +30,31 @@ when the request was refused (the message says why), 2 on a usage error.
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
 import sys
 import textwrap
-from typing import Sequence
+from typing import Callable, Sequence
 
 from .._catalogue.catalogue import TopicCatalogue
 from .._catalogue.record import TopicRecord
 from .._catalogue.topic_config import KNOWN_KEYS, TopicDefaults
 from .._config import OxiaConfig
-from .._errors import ConfigError, LlogError, UnknownTopic
+from .._errors import ConfigError, InvalidRequest, LlogError, UnknownTopic
 from .._groups.offsets import GroupOffsets, describe
 from .._log.initialize import initialize_log
 from .._log.log_start import delete_records
 from .._log.retire import revive_log
 from .._log.stored import StoredSizes
 from .._protocol.keys import LogLayout, TopicPartition
+from .._runtime import REAL_RUNTIME
 from .._settings import environment_help
 from .._storage.metastore import MetadataStore, OxiaMetadataStore
 
 __all__ = ["main", "parse_args", "ENVIRONMENT"]
 
 ENVIRONMENT = (OxiaConfig, TopicDefaults)
+SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 
 
 def _config_pair(text: str) -> tuple[str, str]:
@@ -97,6 +105,18 @@ def _parser() -> argparse.ArgumentParser:
     gd = gcmd.add_parser("describe", help="a group's offset, the log's high watermark and the lag, per partition")
     gd.add_argument("group")
     gd.add_argument("--json", action="store_true", help="print JSON")
+    users = area.add_parser("users", help="the Kafka listener's SCRAM users (kept in Oxia)")
+    ucmd = users.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    ul = ucmd.add_parser("list", help="every user with its mechanisms and iterations")
+    ul.add_argument("--json", action="store_true", help="print JSON")
+    us = ucmd.add_parser("set", help="add a user or change its password (read from the terminal, or stdin)")
+    us.add_argument("name")
+    us.add_argument("--mechanism", action="append", choices=SCRAM_MECHANISMS, default=None,
+                    help="repeatable; default: both")
+    us.add_argument("--iterations", type=int, default=4096, help="PBKDF2 iterations, 4096-16384 (default 4096)")
+    ud = ucmd.add_parser("delete", help="remove a user's credentials (all, or one --mechanism)")
+    ud.add_argument("name")
+    ud.add_argument("--mechanism", choices=SCRAM_MECHANISMS, default=None)
     return p
 
 
@@ -202,6 +222,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             if args.area == "groups":
                 lines = run_groups(args, GroupOffsets(meta, layout))
+            elif args.area == "users":
+                lines = run_users(args, meta, layout, _password if args.command == "set" else None)
             else:
                 lines = run(args, TopicCatalogue(meta, layout, defaults=defaults,
                                                  initialize=lambda tp: initialize_log(meta, layout.keys(tp)),
@@ -214,6 +236,41 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"llog-admin: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def run_users(args: argparse.Namespace, meta: MetadataStore, layout: LogLayout,
+              password: Callable[[], str] | None = None) -> list[str]:
+    """The lines to print for one ``users`` command; ``password`` asks for it (``set``)."""
+    from .._kafka.scram import ScramCredential  # Kafka's codec loads only for this area
+    from .._kafka.scram_users import ScramUsers
+
+    store = ScramUsers(meta, layout)
+    if args.command == "list":
+        users = store.describe()
+        if args.json:
+            return [json.dumps(users, indent=2, sort_keys=True)]
+        return [f"{name}\t" + " ".join(f"{m}(iterations={i})" for m, i in sorted(mechs.items()))
+                for name, mechs in sorted(users.items())]
+    if args.command == "delete":
+        store.delete(args.name, args.mechanism)
+        return [f"{args.name}: {args.mechanism or 'every'} credential deleted"]
+    assert password is not None
+    secret = password()
+    if not secret:
+        raise InvalidRequest("an empty password is not a password")
+    mechanisms = args.mechanism or list(SCRAM_MECHANISMS)
+    for m in mechanisms:
+        store.upsert(args.name, m, ScramCredential.derive(m, secret, REAL_RUNTIME.ids.uuid4().bytes, args.iterations))
+    return [f"{args.name}: {', '.join(mechanisms)} set ({args.iterations} iterations)"]
+
+
+def _password() -> str:
+    if not sys.stdin.isatty():
+        return sys.stdin.readline().rstrip("\n")
+    first = getpass.getpass("password: ")
+    if getpass.getpass("again: ") != first:
+        raise InvalidRequest("the two passwords differ")
+    return first
 
 
 if __name__ == "__main__":

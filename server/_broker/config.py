@@ -149,9 +149,15 @@ class BrokerConfig:
         "one (Kafka's ssl.client.auth=required); unset: none is asked for.", env="LLOG_KAFKA_TLS_CLIENT_CA",
         default=None, min=1,
     )
+    kafka_sasl: str = setting(
+        "on: every Kafka connection authenticates with SASL first, as a SCRAM user kept in Oxia (kafka-configs "
+        "--entity-type users, llog-admin users) or one of LLOG_KAFKA_SASL_USERS (Kafka's SASL_PLAINTEXT, or "
+        "SASL_SSL with TLS); off: no authentication, unless LLOG_KAFKA_SASL_USERS is set.",
+        env="LLOG_KAFKA_SASL", default="off", choices=("off", "on"),
+    )
     kafka_sasl_users: str | None = setting(
-        "File of the users Kafka clients must authenticate as with SASL, one name:password a line, read again "
-        "when it changes (Kafka's SASL_PLAINTEXT, or SASL_SSL with TLS); unset: no authentication.",
+        "File of more users, one name:password a line, read again when it changes; setting it turns "
+        "LLOG_KAFKA_SASL on. A name in it hides the same name in Oxia.",
         env="LLOG_KAFKA_SASL_USERS", default=None, min=1,
     )
     kafka_sasl_mechanisms: str = setting(
@@ -186,6 +192,10 @@ class BrokerConfig:
         if self.kafka_advertised_host:
             return self.kafka_advertised_host
         return socket.gethostname() if self.host in ("", "0.0.0.0", "::") else self.host
+
+    @property
+    def kafka_sasl_on(self) -> bool:
+        return self.kafka_sasl == "on" or self.kafka_sasl_users is not None
 
     @property
     def kafka_mechanisms(self) -> tuple[str, ...]:

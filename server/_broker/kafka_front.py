@@ -14,7 +14,8 @@ from typing import Any
 
 from .._errors import ConfigError
 from .._kafka import KafkaListener, KafkaService, Limits, Nodes, ProduceStalls
-from .._kafka.sasl import SaslGate, SaslUsers
+from .._kafka.sasl import Credentials, SaslGate, SaslUsers
+from .._kafka.scram_users import ScramUsers
 from .._kafka.tls import server_context
 from .._storage.metastore import MetadataStore
 from .broker import Broker
@@ -36,6 +37,7 @@ class _Parts:
     group_offsets: Any
     records: Any
     logs: Any
+    scram_users: Any
 
 
 class KafkaFront:
@@ -56,16 +58,18 @@ class KafkaFront:
         runtime = broker.runtime
         records = broker.records or RecordDeletion(meta, layout, broker.topics, runtime, broker.consume_service)
         logs = LogDescriptions(meta, layout, broker.topics, location or f"/{layout.root}")
+        scram_users = ScramUsers(meta, layout)
         parts = _Parts(broker.appends, broker.consume_service, broker.topics, broker.reader, broker.producer_ids,
-                       broker.group_offsets, records, logs)
+                       broker.group_offsets, records, logs, scram_users)
         self.service: KafkaService | None = None
         self.listener: KafkaListener | None = None
         self.nodes: Nodes | None = None
         tls = None if config.kafka_tls_cert is None else server_context(
             config.kafka_tls_cert, config.kafka_tls_key, config.kafka_tls_client_ca)
         gate = None
-        if config.kafka_sasl_users is not None:
-            users = SaslUsers(config.kafka_sasl_users, runtime)
+        if config.kafka_sasl_on:
+            users = Credentials(None if config.kafka_sasl_users is None else SaslUsers(config.kafka_sasl_users, runtime),
+                                scram_users)
             mechanisms = config.kafka_mechanisms
             if tls is None and "PLAIN" in mechanisms:
                 log.warning("Kafka listener: SASL PLAIN without TLS sends passwords in clear text "

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kafka.protocol.admin import (
+    AlterUserScramCredentialsRequest, DescribeUserScramCredentialsRequest,
     AlterClientQuotasRequest, AlterPartitionReassignmentsRequest, DescribeClientQuotasRequest, ElectLeadersRequest,
     ListPartitionReassignmentsRequest, CreateAclsRequest, CreatePartitionsRequest, CreateTopicsRequest, DeleteAclsRequest, DeleteGroupsRequest,
     DeleteRecordsRequest, DeleteTopicsRequest, DescribeAclsRequest, DescribeClusterRequest, DescribeConfigsRequest,
@@ -138,6 +139,8 @@ _SERVED = (
     (AlterClientQuotasRequest, 0, 1, None),
     (SaslHandshakeRequest, 1, 1, None),  # v0 is followed by raw tokens, not framed requests: not served
     (SaslAuthenticateRequest, 0, 2, None),
+    (DescribeUserScramCredentialsRequest, 0, 0, None),
+    (AlterUserScramCredentialsRequest, 0, 0, None),
 )
 APIS: dict[int, Api] = {cls.API_KEY: Api(cls.API_KEY, cls, lo, hi, served) for cls, lo, hi, served in _SERVED}
 API_VERSIONS = ApiVersionsRequest.API_KEY

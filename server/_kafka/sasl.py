@@ -1,7 +1,8 @@
 """SASL authentication of Kafka connections (Kafka's SASL_PLAINTEXT and SASL_SSL listeners).
 
-With ``LLOG_KAFKA_SASL_USERS`` set, each connection must authenticate before
-anything but ApiVersions, as on Kafka's SASL listeners (KIP-152):
+With ``LLOG_KAFKA_SASL=on`` (or ``LLOG_KAFKA_SASL_USERS`` set), each
+connection must authenticate before anything but ApiVersions, as on Kafka's
+SASL listeners (KIP-152):
 
 1. SaslHandshake (v1) names a mechanism: PLAIN, SCRAM-SHA-256 or
    SCRAM-SHA-512 (those of ``LLOG_KAFKA_SASL_MECHANISMS``); another is
@@ -9,8 +10,8 @@ anything but ApiVersions, as on Kafka's SASL listeners (KIP-152):
    connection closed;
 2. SaslAuthenticate carries the mechanism's messages: PLAIN's one
    (``authzid NUL user NUL password``), SCRAM's two (``scram.py``). A
-   failure is answered SASL_AUTHENTICATION_FAILED (58) with the reason, and
-   the connection closed;
+   failure is answered SASL_AUTHENTICATION_FAILED (58) with the reason,
+   :data:`FAILED_DELAY_S` after it, and the connection closed;
 3. then the connection serves every API, for as long as it is open
    (``session_lifetime_ms`` 0: no re-authentication).
 
@@ -19,10 +20,13 @@ Every authenticated user may do everything (there are no ACLs). Past
 authentication, and on a listener without SASL, SaslHandshake and
 SaslAuthenticate are answered ILLEGAL_SASL_STATE (34), as Kafka answers them.
 
-The users file holds one ``name:password`` a line (``#`` starts a comment
-line); it is read again when it changes (checked at most once a second, at an
-authentication), so users are added and removed without a restart; a file
-that no longer reads keeps the users last read, and says why in the log.
+Users come from Oxia (``scram_users.py``: SCRAM credentials, one get per
+authentication; PLAIN's password is checked against them) and, first, from
+the optional users file (:class:`Credentials`). The users file holds one
+``name:password`` a line (``#`` starts a comment line); it is read again
+when it changes (checked at most once a second, at an authentication), so
+users are added and removed without a restart; a file that no longer reads
+keeps the users last read, and says why in the log.
 SCRAM's salted credentials are derived from the password at a user's first
 authentication, with a fresh salt per broker process.
 """
@@ -38,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
 
-from .._errors import ConfigError
+from .._errors import ConfigError, LlogError
 from .._metrics import LlogMetrics
 from .._runtime import Runtime
 from .codec import API_VERSIONS, encode_response
@@ -49,9 +53,10 @@ from .scram import ScramCredential, ScramExchange, AuthenticationFailed
 
 if TYPE_CHECKING:
     from .codec import KafkaRequest
+    from .scram_users import ScramUsers
     from .service import KafkaService
 
-__all__ = ["MECHANISMS", "SaslUsers", "SaslGate", "Screened", "HANDLERS"]
+__all__ = ["MECHANISMS", "Credentials", "SaslUsers", "SaslGate", "Screened", "HANDLERS"]
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +87,9 @@ class SaslUsers:
 
     def __len__(self) -> int:
         return len(self._passwords)
+
+    def __contains__(self, user: str) -> bool:
+        return user in self._current()
 
     def password_ok(self, user: str, password: str) -> bool:
         known = self._current().get(user)
@@ -126,6 +134,27 @@ class SaslUsers:
         return st.st_ino, st.st_mtime_ns, st.st_size
 
 
+class Credentials:
+    """Where the gate looks a user up: the users file, then the SCRAM users in Oxia
+    (``scram_users.py``); a name in the file hides the same name in Oxia. Either may be None."""
+
+    def __init__(self, file: SaslUsers | None, store: ScramUsers | None) -> None:
+        self.file = file
+        self.store = store
+
+    def password_ok(self, user: str, password: str) -> bool:
+        """PLAIN: the file's password, or any of the Oxia user's SCRAM credentials made from it."""
+        if self.file is not None and user in self.file:
+            return self.file.password_ok(user, password)
+        creds = {} if self.store is None else self.store.credentials(user)
+        return any([cred.verifies(m, password) for m, cred in creds.items()])  # every one: the same time
+
+    def credential(self, mechanism: str, user: str) -> ScramCredential | None:
+        if self.file is not None and user in self.file:
+            return self.file.credential(mechanism, user)
+        return None if self.store is None else self.store.credential(mechanism, user)
+
+
 def _parse(path: str) -> dict[str, str]:
     try:
         with open(path, encoding="utf-8") as f:
@@ -160,7 +189,7 @@ class SaslGate:
     """One connection's authentication (module docstring). Called on the connection's
     reading thread, in request order."""
 
-    def __init__(self, users: SaslUsers, mechanisms: tuple[str, ...], *, runtime: Runtime, metrics: LlogMetrics,
+    def __init__(self, users: Credentials, mechanisms: tuple[str, ...], *, runtime: Runtime, metrics: LlogMetrics,
                  peer: str) -> None:
         self._users = users
         self._mechanisms = mechanisms
@@ -209,7 +238,12 @@ class SaslGate:
             else:
                 out, done = self._scram.final(token), True
                 self.user = self._scram.user
-        except AuthenticationFailed as exc:
+        except LlogError as exc:
+            if not isinstance(exc, AuthenticationFailed):  # the users could not be read (Oxia)
+                log.warning("kafka connection %s: SASL %s: cannot read the users: %s", self._peer, self._mechanism,
+                            exc)
+                exc = AuthenticationFailed(f"the broker cannot read its users now ({type(exc).__name__}): "
+                                           "try again")
             self._outcome(self._mechanism, "failed")
             self._runtime.clock.sleep(FAILED_DELAY_S)  # on this connection's reader: it alone waits
             log.info("kafka connection %s: SASL %s authentication failed: %s", self._peer, self._mechanism, exc)

@@ -33,7 +33,8 @@ from typing import Callable
 
 from .._errors import LlogError
 
-__all__ = ["MECHANISMS", "ITERATIONS", "INVALID", "ScramCredential", "ScramExchange", "AuthenticationFailed"]
+__all__ = ["MECHANISMS", "ITERATIONS", "INVALID", "ScramCredential", "ScramExchange", "AuthenticationFailed",
+           "salted_password"]
 
 MECHANISMS: dict[str, Callable] = {"SCRAM-SHA-256": hashlib.sha256, "SCRAM-SHA-512": hashlib.sha512}
 ITERATIONS = 4096
@@ -56,10 +57,24 @@ class ScramCredential:
 
     @classmethod
     def derive(cls, mechanism: str, password: str, salt: bytes, iterations: int = ITERATIONS) -> ScramCredential:
+        return cls.from_salted(mechanism, salted_password(mechanism, password, salt, iterations), salt, iterations)
+
+    @classmethod
+    def from_salted(cls, mechanism: str, salted: bytes, salt: bytes, iterations: int) -> ScramCredential:
+        """From ``SaltedPassword`` (what AlterUserScramCredentials carries)."""
         h = MECHANISMS[mechanism]
-        salted = hashlib.pbkdf2_hmac(h().name, password.encode(), salt, iterations)
         client_key = hmac.digest(salted, b"Client Key", h)
         return cls(salt, iterations, h(client_key).digest(), hmac.digest(salted, b"Server Key", h))
+
+    def verifies(self, mechanism: str, password: str) -> bool:
+        """Whether ``password`` is the one this credential was made from (PLAIN against a SCRAM user)."""
+        other = ScramCredential.derive(mechanism, password, self.salt, self.iterations)
+        return hmac.compare_digest(other.stored_key, self.stored_key)
+
+
+def salted_password(mechanism: str, password: str, salt: bytes, iterations: int) -> bytes:
+    """RFC 5802's ``Hi(password, salt, i)``: PBKDF2 with the mechanism's HMAC."""
+    return hashlib.pbkdf2_hmac(MECHANISMS[mechanism]().name, password.encode(), salt, iterations)
 
 
 def _b64(data: bytes) -> str:

@@ -32,7 +32,7 @@ from .._log.producer_ids import ProducerIds
 from .._log.reader import LeaderlessLogReader
 from .._metrics import LlogMetrics
 from .._runtime import Runtime
-from . import acls, admin, cluster, fetch, groups, logs, operations, produce, sasl
+from . import acls, admin, cluster, fetch, groups, logs, operations, produce, sasl, users
 from .codec import FETCH, OFFSET_COMMIT, PRODUCE, KafkaRequest, encode_response
 from .gather import Answer, RecordParts, encode_gathered
 from .coordinator import GroupCoordinator
@@ -62,6 +62,8 @@ class KafkaParts(Protocol):
     """``RecordDeletion``: ``delete(topic, partition, before) -> DeleteRecordsResult``."""
     logs: Any
     """``LogDescriptions``: ``stored_bytes([(topic, partition)])``, ``producers(topic, partition)``, ``location``."""
+    scram_users: Any
+    """``ScramUsers``: the SCRAM users in Oxia (``scram_users.py``)."""
 
 
 @dataclass(frozen=True)
@@ -79,7 +81,7 @@ Handler = Callable[["KafkaService", KafkaRequest], Any]
 
 HANDLERS: dict[int, Handler] = {
     **cluster.HANDLERS, **admin.HANDLERS, **produce.HANDLERS, **fetch.HANDLERS, **groups.HANDLERS, **logs.HANDLERS,
-    **acls.HANDLERS, **operations.HANDLERS, **sasl.HANDLERS,
+    **acls.HANDLERS, **operations.HANDLERS, **sasl.HANDLERS, **users.HANDLERS,
 }
 
 

@@ -14,6 +14,7 @@ Every key of one log lives under a root prefix (``LLOG_ROOT_PREFIX``, default
     {root}/__llog/groups/{quoted group}/offsets/{topic}:{partition}   a committed offset
     {root}/__llog/groups/{quoted group}/generation   the group's generation (a coordinator's)
     {root}/__llog/brokers/{node_id:010d}             a live Kafka listener (ephemeral)
+    {root}/__llog/users/{quoted name}                a Kafka user's SCRAM credentials
 
     S3: {root}/wal-shared/{uuid}
         {root}/{topic}/partitions/{partition}/data/compacted/{uuid}
@@ -72,6 +73,9 @@ BROKERS_PARTITION_KEY = "__llog/brokers"
 """The live Kafka listeners, on one shard (one range scan lists them)."""
 PRODUCERS_PARTITION_KEY = "__llog/producers"
 """The producer id counter and the named producers, on one shard."""
+USERS_PARTITION_KEY = "__llog/users"
+"""The Kafka listener's SCRAM users, on one shard (one range scan lists them)."""
+MAX_USER_LENGTH = 249
 MAX_PRODUCER_NAME_LENGTH = 249
 MAX_GROUP_LENGTH = 249
 _TOPIC_RE = re.compile(r"[A-Za-z0-9._-]{1,249}")
@@ -327,6 +331,22 @@ class LogLayout:
     def group_offset_key(self, group: str, tp: TopicPartition) -> str:
         """One segment per offset (``:`` is in no topic name), so a group's offsets are one range."""
         return f"{self.group_base(group)}offsets/{tp.topic}:{tp.partition}"
+
+    @property
+    def users_prefix(self) -> str:
+        return f"{self.root}/{RESERVED_SEGMENT}/users/"
+
+    def user_key(self, name: str) -> str:
+        """A user's record; the name is percent-quoted, so it is one segment (1-249 characters, printable)."""
+        if not 0 < len(name) <= MAX_USER_LENGTH or not name.isprintable():
+            raise InvalidRequest(f"a user name is 1-{MAX_USER_LENGTH} printable characters, got {name[:60]!r}")
+        return f"{self.users_prefix}{quote(name, safe='').replace('~', '%7E')}"  # every segment below "~"
+
+    def parse_user_key(self, key: str) -> str | None:
+        """The user a key under :attr:`users_prefix` names, or None."""
+        if not key.startswith(self.users_prefix) or "/" in key[len(self.users_prefix):]:
+            return None
+        return unquote(key[len(self.users_prefix):]) or None
 
     @property
     def brokers_prefix(self) -> str:

@@ -1,33 +1,44 @@
-"""A broker process serving Kafka over TLS with SASL (SASL_SSL) on real Oxia + MinIO:
-Kafka's own Java tools (TopicCommand, the console producer and consumer) authenticate with
-SCRAM-SHA-512 and trust the broker through a PEM truststore, librdkafka with PLAIN; what
-they write reads back through ``/consume``, which stays open (the HTTP contract has no
-authentication of its own)."""
+"""A broker process serving Kafka over TLS with SASL (SASL_SSL) on real Oxia + MinIO, its users
+in Oxia: ``llog-admin users set`` makes the first, which adds a second through Kafka's
+AlterUserScramCredentials; Kafka's own Java tools (TopicCommand, the console producer and
+consumer) authenticate with SCRAM-SHA-512 and trust the broker through a PEM truststore,
+librdkafka with PLAIN; what they write reads back through ``/consume``, which stays open
+(the HTTP contract has no authentication of its own). A users file serves beside them."""
 
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
 
 from devstack import java, kafka_tools_classpath
 from devstack.pki import make_pki
 
-from .conftest import BrokerProcess
+from .conftest import REPO, BrokerProcess
 from .test_kafka_tools import TOOLS, _tool
 
 @pytest.fixture
-def secured(broker_factory, tmp_path) -> tuple[BrokerProcess, Path, Path]:
-    """(the broker, a Java client config for alice over SCRAM-SHA-512, the CA)."""
+def secured(broker_factory, llog_env, tmp_path) -> tuple[BrokerProcess, Path, Path]:
+    """(the broker, a Java client config for alice over SCRAM-SHA-512, the CA); alice is set by
+    llog-admin, bob through the admin API as alice, carol is in the users file."""
     pki = make_pki(tmp_path / "pki")
     users = tmp_path / "kafka-users"
-    users.write_text("# name:password\nalice:wonder\nbob:builder\n")
+    users.write_text("# name:password\ncarol:from-the-file\n")
     broker = broker_factory(env={
         "LLOG_KAFKA_PORT": "0", "LLOG_KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS": "0", "LLOG_BROKER_MAX_WAIT_MS": "500",
         "LLOG_KAFKA_TLS_CERT": pki.server_cert, "LLOG_KAFKA_TLS_KEY": pki.server_key,
-        "LLOG_KAFKA_SASL_USERS": str(users)})
+        "LLOG_KAFKA_SASL": "on", "LLOG_KAFKA_SASL_USERS": str(users)})
+    made = _admin(llog_env, "set", "alice", stdin="wonder\n")
+    assert made.returncode == 0 and "alice: SCRAM-SHA-256, SCRAM-SHA-512 set" in made.stdout, made
+    admin = AdminClient({"bootstrap.servers": broker.kafka, "security.protocol": "SASL_SSL", "ssl.ca.location": pki.ca,
+                         "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": "alice", "sasl.password": "wonder"})
+    for f in admin.alter_user_scram_credentials([UserScramCredentialUpsertion(
+            "bob", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), b"builder")]).values():
+        f.result(30)
     config = tmp_path / "client.properties"
     config.write_text(
         "security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\n"
@@ -37,7 +48,13 @@ def secured(broker_factory, tmp_path) -> tuple[BrokerProcess, Path, Path]:
     return broker, config, Path(pki.ca)
 
 
-def test_kafkas_tools_and_librdkafka_over_sasl_ssl_read_back_through_consume(secured, unique_topic):
+def _admin(env: dict, *argv: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "server.leaderless_log_admin", "users", *argv], input=stdin,
+                          env={**env, "PYTHONPATH": str(REPO)}, cwd=REPO, capture_output=True, text=True, timeout=60,
+                          check=False)
+
+
+def test_kafkas_tools_and_librdkafka_over_sasl_ssl_read_back_through_consume(secured, llog_env, unique_topic):
     broker, config, ca = secured
     bs = ["--bootstrap-server", broker.kafka]
     assert f"Created topic {unique_topic}" in _tool("TopicCommand", *bs, "--command-config", str(config), "--create",
@@ -46,19 +63,23 @@ def test_kafkas_tools_and_librdkafka_over_sasl_ssl_read_back_through_consume(sec
     _tool("ConsoleProducer", *bs, "--producer.config", str(config), "--topic", unique_topic,
           stdin="\n".join(lines) + "\n")
     delivered: list = []
-    p = Producer({"bootstrap.servers": broker.kafka, "security.protocol": "SASL_SSL", "ssl.ca.location": str(ca),
-                  "sasl.mechanism": "PLAIN", "sasl.username": "bob", "sasl.password": "builder",
-                  "enable.idempotence": True})
-    for i in range(20):
-        p.produce(unique_topic, value=f"rdkafka-{i}".encode(), on_delivery=lambda e, m: delivered.append(e))
-    assert p.flush(60) == 0 and delivered == [None] * 20
+    for user, password in (("bob", "builder"), ("carol", "from-the-file")):  # Oxia's, and the file's
+        p = Producer({"bootstrap.servers": broker.kafka, "security.protocol": "SASL_SSL", "ssl.ca.location": str(ca),
+                      "sasl.mechanism": "PLAIN", "sasl.username": user, "sasl.password": password,
+                      "enable.idempotence": True})
+        for i in range(10):
+            p.produce(unique_topic, value=f"rdkafka-{user}-{i}".encode(), on_delivery=lambda e, m: delivered.append(e))
+        assert p.flush(60) == 0
+    assert delivered == [None] * 20
     out = _tool("consumer.ConsoleConsumer", *bs, "--consumer.config", str(config), "--topic", unique_topic,
                 "--from-beginning", "--max-messages", "40", "--group", f"{unique_topic}-g")
-    expected = lines + [f"rdkafka-{i}" for i in range(20)]
+    expected = lines + [f"rdkafka-{u}-{i}" for u in ("bob", "carol") for i in range(10)]
     assert out.split() == expected
     assert [v.decode() for _, v in broker.client.consume_all(unique_topic, 0)] == expected
     assert broker.client.counter("kafka_authentications_total", mechanism="SCRAM-SHA-512", outcome="ok") >= 3
-    assert broker.client.counter("kafka_authentications_total", mechanism="PLAIN", outcome="ok") >= 1
+    assert broker.client.counter("kafka_authentications_total", mechanism="PLAIN", outcome="ok") >= 2
+    assert _admin(llog_env, "list").stdout.splitlines() == ["alice\tSCRAM-SHA-256(iterations=4096) SCRAM-SHA-512(iterations=4096)",
+                      "bob\tSCRAM-SHA-512(iterations=4096)"]
 
 
 def test_the_java_client_with_a_wrong_password_fails_with_an_authentication_error(secured, unique_topic):

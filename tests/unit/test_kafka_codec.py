@@ -27,7 +27,7 @@ ISSUE_RANGES = {  # the versions the listener advertises (KAFKA_API.md)
     14: (0, 5), 12: (0, 4), 13: (0, 5), 8: (2, 9), 9: (1, 9), 19: (2, 7), 20: (1, 6), 32: (1, 4), 60: (0, 1),
     15: (0, 5), 16: (0, 4), 37: (0, 3), 44: (0, 1), 42: (0, 2), 47: (0, 0), 21: (0, 2), 35: (1, 4), 61: (0, 0),
     29: (1, 3), 30: (1, 3), 31: (1, 3), 43: (0, 2), 45: (0, 0), 46: (0, 0), 48: (0, 1), 49: (0, 1),
-    17: (1, 1), 36: (0, 2),
+    17: (1, 1), 36: (0, 2), 50: (0, 0), 51: (0, 0),
 }
 
 
@@ -43,11 +43,11 @@ def test_every_advertised_api_has_a_handler():
 
 
 def test_the_unsupported_version_answer_is_api_versions_v0_byte_for_byte():
-    # size, correlation id 7, error 35, 37 APIs of (key, min, max), no throttle (v0), no tagged fields.
+    # size, correlation id 7, error 35, 39 APIs of (key, min, max), no throttle (v0), no tagged fields.
     expected = struct.pack(">iihi", 4 + 2 + 4 + 6 * len(APIS), 7, 35, len(APIS)) + b"".join(
         struct.pack(">hhh", k, lo, hi) for k, (lo, hi) in sorted(ISSUE_RANGES.items()))
     assert bytes(unsupported_api_versions(7)) == expected
-    assert expected.hex().startswith("000000e8000000070023000000250000")
+    assert expected.hex().startswith("000000f4000000070023000000270000")
 
 
 def _frame(request, version: int, correlation_id: int = 5, client_id: str | None = "c") -> bytes:

@@ -243,3 +243,71 @@ def test_a_fetch_after_the_handshake_but_before_authenticate_closes_at_once(gate
     fetch = FetchRequest[12](replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1, isolation_level=0,
                              session_id=0, session_epoch=-1, topics=[], forgotten_topics_data=[], rack_id="")
     assert g.screen(_req(fetch, 2)).answer is None and not g.authenticated
+
+
+# -- SCRAM users in Oxia -------------------------------------------------------------------------
+
+
+def _store():
+    from server._kafka.scram_users import ScramUsers
+    from server._protocol.keys import LogLayout
+    from server._storage.metastore import InMemoryMetadataStore
+
+    return ScramUsers(InMemoryMetadataStore(), LogLayout("llog"))
+
+
+def test_the_store_keeps_credentials_by_mechanism_and_drops_a_user_with_none_left():
+    from server._errors import InvalidRequest
+    from server._kafka.scram_users import UnknownCredential
+
+    store = _store()
+    for name in ("alice", "~tilde", "a/b c", "ünï"):  # quoted into one key segment, listed back as given
+        store.upsert(name, "SCRAM-SHA-256", ScramCredential.derive("SCRAM-SHA-256", "pw", b"s"))
+    store.upsert_salted("alice", "SCRAM-SHA-512", 8192, b"salt", b"x" * 64)
+    assert store.describe() == {"a/b c": {"SCRAM-SHA-256": 4096}, "alice": {"SCRAM-SHA-256": 4096,
+                                "SCRAM-SHA-512": 8192}, "~tilde": {"SCRAM-SHA-256": 4096}, "ünï": {"SCRAM-SHA-256": 4096}}
+    assert store.credential("SCRAM-SHA-256", "alice").verifies("SCRAM-SHA-256", "pw")
+    store.delete("alice", "SCRAM-SHA-256")
+    assert store.describe()["alice"] == {"SCRAM-SHA-512": 8192}
+    store.delete("alice")
+    assert "alice" not in store.describe() and store.credentials("alice") == {}
+    with pytest.raises(UnknownCredential):
+        store.delete("alice")
+    with pytest.raises(InvalidRequest, match="iterations"):
+        store.upsert_salted("bob", "SCRAM-SHA-256", 100, b"salt", b"x" * 32)
+    with pytest.raises(InvalidRequest, match="32 bytes"):
+        store.upsert_salted("bob", "SCRAM-SHA-256", 4096, b"salt", b"x" * 64)
+    with pytest.raises(InvalidRequest, match="user name"):
+        store.upsert("", "SCRAM-SHA-256", ScramCredential.derive("SCRAM-SHA-256", "pw", b"s"))
+    assert store.credential("SCRAM-SHA-256", "") is None and store.credential("SCRAM-SHA-256", "x" * 300) is None
+
+
+def test_a_name_in_the_file_hides_the_same_name_in_oxia(tmp_path):
+    from server._kafka.sasl import Credentials
+
+    path = tmp_path / "users"
+    path.write_text("alice:from-file\n")
+    store = _store()
+    store.upsert("alice", "SCRAM-SHA-256", ScramCredential.derive("SCRAM-SHA-256", "from-oxia", b"s"))
+    store.upsert("bob", "SCRAM-SHA-256", ScramCredential.derive("SCRAM-SHA-256", "bobs", b"s"))
+    creds = Credentials(SaslUsers(str(path), fake_runtime()), store)
+    assert creds.password_ok("alice", "from-file") and not creds.password_ok("alice", "from-oxia")
+    assert creds.password_ok("bob", "bobs") and not creds.password_ok("bob", "nope")
+    assert not creds.password_ok("carol", "x") and creds.credential("SCRAM-SHA-256", "carol") is None
+    assert creds.credential("SCRAM-SHA-256", "bob") == store.credential("SCRAM-SHA-256", "bob")
+
+
+def test_users_that_cannot_be_read_fail_the_authentication_with_a_hint_to_retry(gate):
+    from server._errors import MetadataStoreError
+    from server._kafka.sasl import Credentials
+
+    class Down:
+        def credentials(self, user):
+            raise MetadataStoreError("Oxia unavailable")
+
+    _, metrics, _ = gate
+    g = SaslGate(Credentials(None, Down()), MECHANISMS, runtime=fake_runtime(), metrics=metrics, peer="p")
+    g.screen(_req(SaslHandshakeRequest[1](mechanism="PLAIN"), 1))
+    failed = g.screen(_req(SaslAuthenticateRequest[2](auth_bytes=b"\0alice\0pw"), 2))
+    answer = _answer(failed, SaslAuthenticateResponse, 2)
+    assert failed.close and answer.error_code == 58 and "cannot read its users" in answer.error_message

@@ -298,3 +298,104 @@ def test_mutated_sasl_exchanges_over_tls_are_answered_or_closed_and_the_broker_s
     assert _delivered({"bootstrap.servers": bootstrap, "security.protocol": "SASL_SSL", "ssl.ca.location": pki.ca,
                        "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": "bob", "sasl.password": "builder"},
                       "orders", [b"after the fuzz"])
+
+
+# -- SCRAM users in Oxia -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def oxia_users(pki):
+    """A SASL_SSL listener whose users live in Oxia only, with one user set as llog-admin sets it:
+    (the listener's front, bootstrap, the store, alice's librdkafka settings)."""
+    from server._kafka.scram import ScramCredential
+    from server._kafka.scram_users import ScramUsers
+    from server._protocol.keys import LogLayout
+
+    with Cluster() as cluster:
+        broker, front, bootstrap = _listener(cluster, kafka_tls_cert=pki.server_cert, kafka_tls_key=pki.server_key,
+                                             kafka_sasl="on")
+        store = ScramUsers(cluster.meta, LogLayout("llog"))
+        store.upsert("alice", "SCRAM-SHA-512", ScramCredential.derive("SCRAM-SHA-512", "wonder", b"salt-1"))
+        alice = {"bootstrap.servers": bootstrap, "security.protocol": "SASL_SSL", "ssl.ca.location": pki.ca,
+                 "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "alice", "sasl.password": "wonder"}
+        try:
+            yield front, bootstrap, store, alice
+        finally:
+            front.close()
+
+
+def test_users_added_through_the_admin_api_authenticate_on_every_mechanism_and_deleted_ones_do_not(oxia_users):
+    from confluent_kafka.admin import (AdminClient, ScramCredentialInfo, ScramMechanism,
+                                       UserScramCredentialDeletion, UserScramCredentialUpsertion)
+
+    _, bootstrap, store, alice = oxia_users
+    assert _delivered(alice, "orders", [b"from alice"])
+    admin = AdminClient({k: v for k, v in alice.items()})
+    done = admin.alter_user_scram_credentials([
+        UserScramCredentialUpsertion("bob", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 8192), b"builder"),
+        UserScramCredentialUpsertion("bob", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), b"builder")])
+    for f in done.values():
+        f.result(10)
+    described = admin.describe_user_scram_credentials(["bob"])["bob"].result(10)
+    assert sorted((i.mechanism, i.iterations) for i in described.scram_credential_infos) == [
+        (ScramMechanism.SCRAM_SHA_256, 8192), (ScramMechanism.SCRAM_SHA_512, 4096)]
+    assert store.describe() == {"alice": {"SCRAM-SHA-512": 4096},
+                                "bob": {"SCRAM-SHA-256": 8192, "SCRAM-SHA-512": 4096}}
+    bob = {**alice, "sasl.username": "bob", "sasl.password": "builder"}
+    for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN"):  # PLAIN checks the password against SCRAM's
+        assert _delivered({**bob, "sasl.mechanism": mechanism}, "orders", [mechanism.encode()])
+    _refused({**bob, "sasl.password": "nope", "sasl.mechanism": "PLAIN"}, KafkaError._AUTHENTICATION,
+             "invalid username or password")
+    for f in admin.alter_user_scram_credentials([
+            UserScramCredentialDeletion("bob", ScramMechanism.SCRAM_SHA_256)]).values():
+        f.result(10)
+    _refused({**bob, "sasl.mechanism": "SCRAM-SHA-256"}, KafkaError._AUTHENTICATION, "invalid username or password")
+    assert _delivered({**bob, "sasl.mechanism": "SCRAM-SHA-512"}, "orders", [b"bob still on 512"])
+
+
+def test_user_api_errors_are_kafkas_codes(oxia_users):
+    from kafka.protocol.admin import AlterUserScramCredentialsRequest as A, DescribeUserScramCredentialsRequest as D
+
+    from server._kafka.service import HANDLERS
+    from server._kafka.codec import decode_request
+
+    front, _, _, _ = oxia_users
+
+    def ask(request):
+        request.with_header(correlation_id=1, client_id="t")
+        return HANDLERS[request.API_KEY](front.service, decode_request(bytes(request.encode(header=True))))
+
+    up = A.ScramCredentialUpsertion
+    got = ask(A[0](deletions=[A.ScramCredentialDeletion(name="nobody", mechanism=1)], upsertions=[
+        up(name="carol", mechanism=3, iterations=4096, salt=b"s", salted_password=b"x" * 32),
+        up(name="dave", mechanism=1, iterations=100, salt=b"s", salted_password=b"x" * 32),
+        up(name="erin", mechanism=1, iterations=4096, salt=b"s", salted_password=b"x" * 32),
+        up(name="erin", mechanism=1, iterations=4096, salt=b"s", salted_password=b"x" * 32),
+        up(name="frank", mechanism=2, iterations=4096, salt=b"s", salted_password=b"x" * 64)]))
+    assert {r.user: r.error_code for r in got.results} == {"nobody": 91, "carol": 33, "dave": 93, "erin": 92,
+                                                           "frank": 0}
+    described = ask(D[0](users=[D.UserName(name="frank"), D.UserName(name="nobody")]))
+    assert [(r.user, r.error_code, [(c.mechanism, c.iterations) for c in r.credential_infos])
+            for r in described.results] == [("frank", 0, [(2, 4096)]), ("nobody", 91, [])]
+    assert sorted(r.user for r in ask(D[0](users=None)).results) == ["alice", "frank"]
+
+
+def test_llog_admin_users_set_list_and_delete(oxia_users):
+    import argparse
+
+    from server._admin.cli import parse_args, run_users
+    from server._protocol.keys import LogLayout
+
+    _, _, store, alice = oxia_users
+    meta, layout = store.meta, LogLayout("llog")
+    args: argparse.Namespace = parse_args(["users", "set", "gus", "--mechanism", "SCRAM-SHA-256"])
+    assert run_users(args, meta, layout, lambda: "gus-pw") == ["gus: SCRAM-SHA-256 set (4096 iterations)"]
+    assert run_users(parse_args(["users", "list"]), meta, layout) == [
+        "alice\tSCRAM-SHA-512(iterations=4096)", "gus\tSCRAM-SHA-256(iterations=4096)"]
+    gus = {**alice, "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": "gus", "sasl.password": "gus-pw"}
+    assert _delivered(gus, "orders", [b"gus"])
+    run_users(parse_args(["users", "delete", "gus"]), meta, layout)
+    _refused(gus, KafkaError._AUTHENTICATION, "invalid username or password")
+    from server._errors import InvalidRequest
+    with pytest.raises(InvalidRequest, match="empty password"):
+        run_users(parse_args(["users", "set", "hal"]), meta, layout, lambda: "")

@@ -60,6 +60,7 @@ NEVER_ANSWERED = {
     "MalformedFrame": "the Kafka listener closes the connection on it, as Kafka does (KAFKA_API.md)",
     "AuthenticationFailed": "the Kafka listener answers SASL_AUTHENTICATION_FAILED and closes (KAFKA_API.md)",
     "HandshakeFailed": "the Kafka listener closes a connection whose TLS handshake failed",
+    "UnknownCredential": "answered RESOURCE_NOT_FOUND by the Kafka listener's user APIs",
     "_BodyRefused": "carries the answer it stands for (411, 413, 400)",
     "LeanS3Error": "the S3 adapter translates it into ObjectStoreError inside the storage layer",
     "ProduceError": "the produce client's", "ProduceFailed": "the produce client's",
