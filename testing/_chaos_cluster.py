@@ -256,13 +256,16 @@ class ChaosCluster:
         self.librdkafka_conf = {"security.protocol": self.kafka_security, "ssl.ca.location": pki.ca}
         self.kafka_python_conf = {"security_protocol": self.kafka_security, "ssl_cafile": pki.ca}
         if self.kafka_security == "SASL_SSL":
+            # librdkafka's user in Oxia (read at each authentication, while Oxia is killed too),
+            # kafka-python's in the users file
+            self._add_scram_user("chaos", "chaos-password")
             users = self.data_dir / "kafka-users"
-            users.write_text("chaos:chaos-password\n")
-            env["LLOG_KAFKA_SASL_USERS"] = str(users)
+            users.write_text("chaos-file:chaos-file-password\n")
+            env.update({"LLOG_KAFKA_SASL": "on", "LLOG_KAFKA_SASL_USERS": str(users)})
             self.librdkafka_conf.update({"sasl.mechanism": "SCRAM-SHA-256", "sasl.username": "chaos",
                                          "sasl.password": "chaos-password"})
-            self.kafka_python_conf.update({"sasl_mechanism": "PLAIN", "sasl_plain_username": "chaos",
-                                           "sasl_plain_password": "chaos-password"})
+            self.kafka_python_conf.update({"sasl_mechanism": "PLAIN", "sasl_plain_username": "chaos-file",
+                                           "sasl_plain_password": "chaos-file-password"})
         return env
 
     def __enter__(self) -> ChaosCluster:
@@ -342,6 +345,20 @@ class ChaosCluster:
         try:
             TopicCatalogue(meta, LogLayout(self.root_prefix)).create(
                 self.topic, self.partitions, {"retention.ms": self.retention_ms})
+        finally:
+            meta.close()
+
+    def _add_scram_user(self, name: str, password: str) -> None:
+        from server._config import OxiaConfig
+        from server._kafka.scram import ScramCredential
+        from server._kafka.scram_users import ScramUsers
+        from server._protocol.keys import LogLayout
+        from server._storage.metastore import OxiaMetadataStore
+
+        meta = OxiaMetadataStore(OxiaConfig.from_env(self.env))
+        try:
+            ScramUsers(meta, LogLayout(self.root_prefix)).upsert(
+                name, "SCRAM-SHA-256", ScramCredential.derive("SCRAM-SHA-256", password, uuid.uuid4().bytes))
         finally:
             meta.close()
 
