@@ -16,7 +16,8 @@ APIs, versions and deviations):
 - ``coordinator.py``: the classic group protocol's state machine;
   ``subscriptions.py``: the topics its members subscribe to (OffsetDelete);
 - ``errors.py``: llog outcomes as Kafka error codes;
-- ``tls.py``: TLS over a connection; ``sasl.py``, ``scram.py``: SASL authentication.
+- ``tls.py``: TLS over a connection; ``sasl.py``, ``scram.py``: SASL authentication;
+  ``scram_users.py``: the SCRAM users in Oxia, ``users.py`` the APIs that manage them.
 
 This package sits beside ``_http_server``, below ``_broker``: the broker
 hands it its parts (``service.KafkaParts``).

@@ -252,7 +252,11 @@ class _Connection:
             log.info("kafka connection %s: %s: closing", self.peer, exc)
             return None
         if self.gate is not None:
-            screened = self.gate(request)
+            try:
+                screened = self.gate(request)
+            except Exception:
+                log.exception("kafka connection %s: the SASL gate failed: closing", self.peer)
+                return None
             if screened is not None:
                 if screened.answer is None:
                     return None
