@@ -1,6 +1,6 @@
 """A broker process serving Kafka over TLS with SASL (SASL_SSL) on real Oxia + MinIO, its users
-in Oxia: ``llog-admin users set`` makes the first, which adds a second through Kafka's
-AlterUserScramCredentials; Kafka's own Java tools (TopicCommand, the console producer and
+in Oxia: ``llog-admin users set`` makes the first, who adds a second with Kafka's own
+``kafka-configs --entity-type users``; Kafka's own Java tools (TopicCommand, the console producer and
 consumer) authenticate with SCRAM-SHA-512 and trust the broker through a PEM truststore,
 librdkafka with PLAIN; what they write reads back through ``/consume``, which stays open
 (the HTTP contract has no authentication of its own). A users file serves beside them."""
@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
 
 from devstack import java, kafka_tools_classpath
 from devstack.pki import make_pki
@@ -34,18 +33,27 @@ def secured(broker_factory, llog_env, tmp_path) -> tuple[BrokerProcess, Path, Pa
         "LLOG_KAFKA_SASL": "on", "LLOG_KAFKA_SASL_USERS": str(users)})
     made = _admin(llog_env, "set", "alice", stdin="wonder\n")
     assert made.returncode == 0 and "alice: SCRAM-SHA-256, SCRAM-SHA-512 set" in made.stdout, made
-    admin = AdminClient({"bootstrap.servers": broker.kafka, "security.protocol": "SASL_SSL", "ssl.ca.location": pki.ca,
-                         "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": "alice", "sasl.password": "wonder"})
-    for f in admin.alter_user_scram_credentials([UserScramCredentialUpsertion(
-            "bob", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), b"builder")]).values():
-        f.result(30)
     config = tmp_path / "client.properties"
     config.write_text(
         "security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\n"
         'sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required '
         'username="alice" password="wonder";\n'
         f"ssl.truststore.type=PEM\nssl.truststore.location={pki.ca}\n")
+    # Kafka's kafka-configs, as alice, adds bob
+    _config_command(broker, config, "--alter", "--entity-type", "users", "--entity-name", "bob",
+                    "--add-config", "SCRAM-SHA-512=[password=builder]")
+    described = _config_command(broker, config, "--describe", "--entity-type", "users", "--entity-name", "bob")
+    assert "SCRAM-SHA-512=iterations=4096" in described, described
     return broker, config, Path(pki.ca)
+
+
+def _config_command(broker: BrokerProcess, config: Path, *args: str) -> str:
+    """Kafka's ``kafka-configs`` (``kafka.admin.ConfigCommand``, in Kafka's core jar)."""
+    done = subprocess.run([java(), "-cp", kafka_tools_classpath(), "kafka.admin.ConfigCommand", "--bootstrap-server",
+                           broker.kafka, "--command-config", str(config), *args],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, f"kafka-configs exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return done.stdout
 
 
 def _admin(env: dict, *argv: str, stdin: str | None = None) -> subprocess.CompletedProcess:
