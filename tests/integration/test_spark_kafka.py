@@ -63,3 +63,29 @@ def test_spark_kafka_sink_source_and_stream_against_the_listener(spark, broker_f
     got = spark.read.format("kafka").options(**kafka).option("subscribe", back).load().collect()
     assert sorted((bytes(r.key), bytes(r.value)) for r in got) == sorted(
         (f"k{i}".encode(), f"via llog {i}".encode()) for i in range(20))
+
+
+def test_spark_kafka_sink_and_source_over_sasl_ssl(spark, broker_factory, tmp_path, unique_topic):  # noqa: F811
+    """The connector's ``kafka.*`` options carry the Java client's TLS and SCRAM settings as they
+    would to a secured Kafka."""
+    from devstack.pki import make_pki
+
+    pki = make_pki(tmp_path / "pki")
+    users = tmp_path / "kafka-users"
+    users.write_text("spark:spark-secret\n")
+    broker = broker_factory(env={"LLOG_KAFKA_PORT": "0", "LLOG_BROKER_MAX_WAIT_MS": "500",
+                                 "LLOG_KAFKA_TLS_CERT": pki.server_cert, "LLOG_KAFKA_TLS_KEY": pki.server_key,
+                                 "LLOG_KAFKA_SASL_USERS": str(users)})
+    assert broker.client.request("POST", "/topics", {"name": unique_topic, "partitions": PARTITIONS}).status == 201
+    kafka = {"kafka.bootstrap.servers": broker.kafka, "kafka.security.protocol": "SASL_SSL",
+             "kafka.sasl.mechanism": "SCRAM-SHA-512",
+             "kafka.sasl.jaas.config": 'org.apache.kafka.common.security.scram.ScramLoginModule required '
+                                       'username="spark" password="spark-secret";',
+             "kafka.ssl.truststore.type": "PEM", "kafka.ssl.truststore.location": pki.ca}
+    rows = [(f"k{i}", f"secured {i}") for i in range(30)]
+    spark.createDataFrame(rows, "key string, value string").write.format("kafka").options(**kafka) \
+        .option("topic", unique_topic).save()
+    read = spark.read.format("kafka").options(**kafka).option("subscribe", unique_topic).load() \
+        .selectExpr("CAST(key AS STRING) AS k", "CAST(value AS STRING) AS v").collect()
+    assert sorted((r.k, r.v) for r in read) == sorted(rows)
+    assert broker.client.counter("kafka_authentications_total", mechanism="SCRAM-SHA-512", outcome="ok") >= 2
