@@ -20,7 +20,9 @@ under a fresh root prefix, then for ``--seconds``:
   reads too, and may skip nothing (``testing/_chaos_groups.py``); with
   ``--sessions`` (and ``--kafka``) a kafka-python consumer of every partition
   reads through fetch sessions, and may skip nothing either
-  (``testing/_chaos_sessions.py``);
+  (``testing/_chaos_sessions.py``); with ``--security SSL`` or ``SASL_SSL``
+  every Kafka client of the run goes through TLS (and SASL: librdkafka as a
+  SCRAM user kept in Oxia, kafka-python as a user of the users file);
 - with ``--delete-records`` Kafka's DeleteRecords moves the log start of a
   random partition every few seconds, through a broker's Kafka listener with
   ``--kafka`` (``testing/_chaos_purger.py``): every read is checked from the
