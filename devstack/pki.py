@@ -32,6 +32,15 @@ class Pki:
     other_client_key: str
     """A client certificate signed by ``other_ca``."""
 
+    @property
+    def broker_env(self) -> dict[str, str]:
+        """A broker's settings for a Kafka listener with this server certificate."""
+        return {"LLOG_KAFKA_TLS_CERT": self.server_cert, "LLOG_KAFKA_TLS_KEY": self.server_key}
+
+    def librdkafka(self, protocol: str = "SSL") -> dict[str, str]:
+        """librdkafka's settings to reach that listener (``protocol``: SSL or SASL_SSL)."""
+        return {"security.protocol": protocol, "ssl.ca.location": self.ca}
+
 
 def _name(cn: str) -> x509.Name:
     return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn), x509.NameAttribute(NameOID.ORGANIZATION_NAME, "llog")])

@@ -100,9 +100,9 @@ class Secured:
         from devstack.pki import make_pki
 
         pki = make_pki(directory / "pki")
-        self.env = {"LLOG_KAFKA_TLS_CERT": pki.server_cert, "LLOG_KAFKA_TLS_KEY": pki.server_key}
+        self.env = pki.broker_env
         self.java = {"security.protocol": kind, "ssl.truststore.type": "PEM", "ssl.truststore.location": pki.ca}
-        self.librdkafka = {"security.protocol": kind, "ssl.ca.location": pki.ca}
+        self.librdkafka = pki.librdkafka(kind)
         if kind == "SASL_SSL":
             users = directory / "kafka-users"
             users.write_text(f"{USER}:{PASSWORD}\n")

@@ -25,6 +25,7 @@ so a broker restarted from the nemesis thread would die with it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -39,7 +40,7 @@ import urllib.request
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, Mapping, TypeVar
+from typing import Any, Callable, Iterator, Mapping, TypeVar
 
 from devstack import (
     LocalStack, ManagedProcess, StackError, die_with_parent_argv, free_ports, s3_client, shard_leaders,
@@ -252,8 +253,8 @@ class ChaosCluster:
         from devstack.pki import make_pki
 
         pki = make_pki(self.data_dir / "pki")
-        env = {"LLOG_KAFKA_TLS_CERT": pki.server_cert, "LLOG_KAFKA_TLS_KEY": pki.server_key}
-        self.librdkafka_conf = {"security.protocol": self.kafka_security, "ssl.ca.location": pki.ca}
+        env = pki.broker_env
+        self.librdkafka_conf = pki.librdkafka(self.kafka_security)
         self.kafka_python_conf = {"security_protocol": self.kafka_security, "ssl_cafile": pki.ca}
         if self.kafka_security == "SASL_SSL":
             # librdkafka's user in Oxia (read at each authentication, while Oxia is killed too),
@@ -337,28 +338,30 @@ class ChaosCluster:
     def _initialize_partitions(self) -> None:
         """The topic in the catalogue, with its retention (the compactor service applies it), and its logs."""
         from server._catalogue.catalogue import TopicCatalogue
-        from server._config import OxiaConfig
         from server._protocol.keys import LogLayout
-        from server._storage.metastore import OxiaMetadataStore
 
-        meta = OxiaMetadataStore(OxiaConfig.from_env(self.env))
-        try:
+        with self._meta() as meta:
             TopicCatalogue(meta, LogLayout(self.root_prefix)).create(
                 self.topic, self.partitions, {"retention.ms": self.retention_ms})
-        finally:
-            meta.close()
 
     def _add_scram_user(self, name: str, password: str) -> None:
-        from server._config import OxiaConfig
         from server._kafka.scram import ScramCredential
         from server._kafka.scram_users import ScramUsers
         from server._protocol.keys import LogLayout
+
+        with self._meta() as meta:
+            ScramUsers(meta, LogLayout(self.root_prefix)).upsert(
+                name, "SCRAM-SHA-256", ScramCredential.derive("SCRAM-SHA-256", password, uuid.uuid4().bytes))
+
+    @contextlib.contextmanager
+    def _meta(self) -> Iterator[Any]:
+        """A metadata store on the stack's Oxia, for the harness's own set-up writes."""
+        from server._config import OxiaConfig
         from server._storage.metastore import OxiaMetadataStore
 
         meta = OxiaMetadataStore(OxiaConfig.from_env(self.env))
         try:
-            ScramUsers(meta, LogLayout(self.root_prefix)).upsert(
-                name, "SCRAM-SHA-256", ScramCredential.derive("SCRAM-SHA-256", password, uuid.uuid4().bytes))
+            yield meta
         finally:
             meta.close()
 

@@ -75,8 +75,8 @@ class KafkaFront:
                 log.warning("Kafka listener: SASL PLAIN without TLS sends passwords in clear text "
                             "(set LLOG_KAFKA_TLS_CERT, or LLOG_KAFKA_SASL_MECHANISMS without PLAIN)")
 
-            def gate(peer: str):  # type: ignore[no-untyped-def]
-                return SaslGate(users, mechanisms, runtime=runtime, metrics=broker.metrics, peer=peer).screen
+            def gate(peer: str) -> SaslGate:
+                return SaslGate(users, mechanisms, runtime=runtime, metrics=broker.metrics, peer=peer)
         self.security = ("SASL_SSL" if tls else "SASL_PLAINTEXT") if gate else ("SSL" if tls else "PLAINTEXT")
         """The listener's security protocol, as a Kafka client names it (``security.protocol``)."""
         try:

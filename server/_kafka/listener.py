@@ -49,7 +49,7 @@ import socket
 import ssl
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Callable
+from typing import Callable, Protocol
 
 from .._metrics import LlogMetrics
 from .codec import API_VERSIONS, PRODUCE, SIZE, KafkaRequest, MalformedFrame, decode_request, \
@@ -67,8 +67,13 @@ Begin = Callable[[KafkaRequest], Callable[[], "bytes | Answer | None"]]
 """Called on the reader thread in request order; returns what the pool runs to answer
 the request with its framed response (None: no response)."""
 
-Gate = Callable[[KafkaRequest], "Screened | None"]
-"""One connection's SASL screen (``SaslGate.screen``): None serves the request."""
+class Gate(Protocol):
+    """One connection's SASL gate (``sasl.SaslGate``); once ``authenticated`` it is asked nothing more."""
+
+    authenticated: bool
+
+    def screen(self, request: KafkaRequest) -> Screened | None:
+        """None: serve the request; else what to answer instead."""
 
 _CLOSE = object()
 
@@ -85,7 +90,7 @@ class KafkaListener:
                  tls: ssl.SSLContext | None = None, gate: Callable[[str], Gate] | None = None) -> None:
         """``stalls``: told of each connection's produce requests begun and answered (``stalls.py``);
         ``max_idle_ms`` 0: connections are never closed for idleness; ``tls``: the connections speak
-        TLS; ``gate``: a new connection's SASL screen, given its peer (module docstring)."""
+        TLS; ``gate``: a new connection's SASL gate, given its peer (module docstring)."""
         self._begin = begin
         self._tls = tls
         self._gate = gate
@@ -251,9 +256,9 @@ class _Connection:
             self.listener._metrics.inc("kafka_protocol_errors_total", reason="malformed")
             log.info("kafka connection %s: %s: closing", self.peer, exc)
             return None
-        if self.gate is not None:
+        if self.gate is not None and not self.gate.authenticated:
             try:
-                screened = self.gate(request)
+                screened = self.gate.screen(request)
             except Exception:
                 log.exception("kafka connection %s: the SASL gate failed: closing", self.peer)
                 return None

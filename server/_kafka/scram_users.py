@@ -50,14 +50,10 @@ class ScramUsers:
 
     def credential(self, mechanism: str, user: str) -> ScramCredential | None:
         """``user``'s credential for ``mechanism``; None without one (or for a name no key can hold)."""
-        try:
-            key = self.layout.user_key(user)
-        except InvalidRequest:
-            return None
-        rec = self.meta.get(key, USERS_PARTITION_KEY)
-        return None if rec is None else _decode(rec.value, key).get(mechanism)
+        return self.credentials(user).get(mechanism)
 
     def credentials(self, user: str) -> dict[str, ScramCredential]:
+        """``user``'s credentials by mechanism (empty without a record)."""
         try:
             key = self.layout.user_key(user)
         except InvalidRequest:

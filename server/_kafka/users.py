@@ -87,11 +87,11 @@ def alter(svc: KafkaService, req: KafkaRequest) -> Any:
             errors[name] = (Code.UNACCEPTABLE_CREDENTIAL, exc.message)
         except LlogError as exc:
             errors[name] = (Code.KAFKA_STORAGE_ERROR, exc.message)
-    names = dict.fromkeys(name for name, _, _ in ops)
-    return R[req.version](throttle_time_ms=0, results=[
-        R.AlterUserScramCredentialsResult(user=name, error_code=errors.get(name, (Code.NONE, None))[0],
-                                          error_message=errors.get(name, (Code.NONE, None))[1])
-        for name in names])
+    results = []
+    for name in dict.fromkeys(name for name, _, _ in ops):
+        code, message = errors.get(name, (Code.NONE, None))
+        results.append(R.AlterUserScramCredentialsResult(user=name, error_code=code, error_message=message))
+    return R[req.version](throttle_time_ms=0, results=results)
 
 
 HANDLERS = {50: describe, 51: alter}

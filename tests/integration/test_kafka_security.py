@@ -29,7 +29,7 @@ def secured(broker_factory, llog_env, tmp_path) -> tuple[BrokerProcess, Path, Pa
     users.write_text("# name:password\ncarol:from-the-file\n")
     broker = broker_factory(env={
         "LLOG_KAFKA_PORT": "0", "LLOG_KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS": "0", "LLOG_BROKER_MAX_WAIT_MS": "500",
-        "LLOG_KAFKA_TLS_CERT": pki.server_cert, "LLOG_KAFKA_TLS_KEY": pki.server_key,
+        **pki.broker_env,
         "LLOG_KAFKA_SASL": "on", "LLOG_KAFKA_SASL_USERS": str(users)})
     made = _admin(llog_env, "set", "alice", stdin="wonder\n")
     assert made.returncode == 0 and "alice: SCRAM-SHA-256, SCRAM-SHA-512 set" in made.stdout, made

@@ -74,7 +74,7 @@ def test_spark_kafka_sink_and_source_over_sasl_ssl(spark, broker_factory, tmp_pa
     users = tmp_path / "kafka-users"
     users.write_text("spark:spark-secret\n")
     broker = broker_factory(env={"LLOG_KAFKA_PORT": "0", "LLOG_BROKER_MAX_WAIT_MS": "500",
-                                 "LLOG_KAFKA_TLS_CERT": pki.server_cert, "LLOG_KAFKA_TLS_KEY": pki.server_key,
+                                 **pki.broker_env,
                                  "LLOG_KAFKA_SASL_USERS": str(users)})
     assert broker.client.request("POST", "/topics", {"name": unique_topic, "partitions": PARTITIONS}).status == 201
     kafka = {"kafka.bootstrap.servers": broker.kafka, "kafka.security.protocol": "SASL_SSL",
